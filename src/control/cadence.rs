@@ -1,0 +1,200 @@
+//! The cadence: a token bucket (governor's GCRA) that hands out at most `rate × tick`
+//! records per tick, so a drain at 100 rec/s with a 200 ms tick moves 20 records every
+//! 200 ms instead of 100 in one burst each second.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::Clock;
+use governor::middleware::StateInformationMiddleware;
+use governor::nanos::Nanos;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
+
+use super::clock::TokioClock;
+
+type Bucket<C> = RateLimiter<NotKeyed, InMemoryState, C, StateInformationMiddleware>;
+
+/// Records-per-tick allowance. Unused allowance is kept only up to one tick's worth
+/// (the bucket's burst), so an idle spell never turns into a burst.
+pub struct Cadence<C: Clock<Instant = Nanos> + Clone = TokioClock> {
+    bucket: Bucket<C>,
+    clock: C,
+    rate: f64,
+    tick: Duration,
+    quantum: u32,
+}
+
+impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
+    /// A cadence that starts empty: the first allowance comes one tick from now.
+    /// (governor's bucket starts full, which would double the first window.)
+    pub fn new(rate: f64, tick: Duration, clock: C) -> Self {
+        let (bucket, quantum) = Self::empty_bucket(rate, tick, &clock);
+        Cadence {
+            bucket,
+            clock,
+            rate,
+            tick,
+            quantum,
+        }
+    }
+
+    /// The bucket holds one token more than a tick hands out: timer lateness then carries
+    /// over to the next tick instead of being lost, while the pipeline still asks for at
+    /// most `quantum` per tick, so no window exceeds it.
+    fn empty_bucket(rate: f64, tick: Duration, clock: &C) -> (Bucket<C>, u32) {
+        assert!(rate.is_finite() && rate > 0.0, "rate must be positive");
+        let per_tick = rate * tick.as_secs_f64();
+        let quantum = (per_tick - 1e-9).ceil().clamp(1.0, f64::from(u32::MAX - 1)) as u32;
+        let period = Duration::from_secs_f64(1.0 / rate).max(Duration::from_nanos(1));
+        let burst = NonZeroU32::new(quantum + 1).expect("quantum + 1 >= 2");
+        let quota = Quota::with_period(period)
+            .expect("period is positive")
+            .allow_burst(burst);
+        let bucket = RateLimiter::direct_with_clock(quota, clock.clone())
+            .with_middleware::<StateInformationMiddleware>();
+        let _ = bucket.check_n(burst);
+        (bucket, quantum)
+    }
+
+    /// Most records one tick may hand out at the current rate.
+    pub fn quantum(&self) -> u32 {
+        self.quantum
+    }
+
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    pub fn tick(&self) -> Duration {
+        self.tick
+    }
+
+    /// Takes up to `want` tokens that are available now; returns how many were taken.
+    pub fn take(&self, want: u32) -> u32 {
+        if want == 0 {
+            return 0;
+        }
+        let Ok(first) = self.bucket.check() else {
+            return 0;
+        };
+        let extra = (want - 1).min(first.remaining_burst_capacity());
+        match NonZeroU32::new(extra) {
+            None => 1,
+            Some(n) => match self.bucket.check_n(n) {
+                Ok(Ok(_)) => 1 + extra,
+                _ => 1,
+            },
+        }
+    }
+
+    /// Changes the rate. The new bucket starts empty at this instant: called right after a
+    /// tick's `take`, the next tick gets exactly one new quantum, never a burst.
+    pub fn set_rate(&mut self, rate: f64) {
+        if (rate - self.rate).abs() <= f64::EPSILON * self.rate {
+            return;
+        }
+        let (bucket, quantum) = Self::empty_bucket(rate, self.tick, &self.clock);
+        self.bucket = bucket;
+        self.quantum = quantum;
+        self.rate = rate;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use governor::clock::FakeRelativeClock;
+
+    fn drain_windows(
+        c: &Cadence<FakeRelativeClock>,
+        clock: &FakeRelativeClock,
+        windows: usize,
+    ) -> Vec<u32> {
+        (0..windows)
+            .map(|_| {
+                clock.advance(c.tick());
+                c.take(c.quantum())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn exactly_one_quantum_per_tick_for_five_seconds() {
+        let clock = FakeRelativeClock::default();
+        let c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        assert_eq!(c.quantum(), 20);
+        assert_eq!(c.take(u32::MAX), 0, "starts empty");
+        clock.advance(Duration::from_millis(199));
+        assert_eq!(c.take(u32::MAX), 19, "tokens accrue continuously");
+        let c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        assert_eq!(drain_windows(&c, &clock, 25), vec![20; 25]);
+    }
+
+    #[test]
+    fn idle_time_never_becomes_a_burst() {
+        let clock = FakeRelativeClock::default();
+        let c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(c.take(c.quantum()), 20);
+        assert_eq!(c.take(u32::MAX), 1, "one token of slack, no more");
+        clock.advance(Duration::from_millis(200));
+        assert_eq!(c.take(c.quantum()), 20);
+    }
+
+    #[test]
+    fn partial_takes_leave_the_rest() {
+        let clock = FakeRelativeClock::default();
+        let c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        clock.advance(Duration::from_millis(200));
+        assert_eq!(c.take(5), 5);
+        assert_eq!(c.take(100), 15);
+        assert_eq!(c.take(1), 0);
+    }
+
+    #[test]
+    fn rate_change_applies_at_next_tick_without_burst() {
+        let clock = FakeRelativeClock::default();
+        let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        assert_eq!(drain_windows(&c, &clock, 5), vec![20; 5]);
+        c.set_rate(400.0);
+        assert_eq!(drain_windows(&c, &clock, 5), vec![80; 5]);
+        c.set_rate(50.0);
+        assert_eq!(drain_windows(&c, &clock, 5), vec![10; 5]);
+    }
+
+    #[test]
+    fn late_ticks_lose_no_tokens() {
+        // Timers fire a little late but on a fixed schedule (tokio's `interval`):
+        // tick k at k × 200 ms + 0..3 ms. Every tick still gets exactly one quantum.
+        let clock = FakeRelativeClock::default();
+        let c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        let mut now = Duration::ZERO;
+        for k in 1..=50u64 {
+            let at = Duration::from_millis(200 * k + (k * 7) % 4);
+            clock.advance(at - now);
+            now = at;
+            assert_eq!(c.take(c.quantum()), 20, "tick {k}");
+        }
+    }
+
+    #[test]
+    fn fractional_quanta_keep_the_average_rate() {
+        let clock = FakeRelativeClock::default();
+        let c = Cadence::new(7.0, Duration::from_millis(200), clock.clone());
+        assert_eq!(c.quantum(), 2);
+        let per_tick = drain_windows(&c, &clock, 50);
+        assert!(per_tick.iter().all(|&n| n <= 2));
+        // 70 due by the last tick; nanosecond rounding may leave the 70th a hair short.
+        let sum: u32 = per_tick.iter().sum();
+        assert!((69..=70).contains(&sum), "7 rec/s over 10 s: {per_tick:?}");
+    }
+
+    #[test]
+    fn slow_rates_hand_out_single_records() {
+        let clock = FakeRelativeClock::default();
+        let c = Cadence::new(2.0, Duration::from_millis(200), clock.clone());
+        let got: u32 = drain_windows(&c, &clock, 25).iter().sum();
+        assert_eq!(got, 10, "2 rec/s over 5 s");
+    }
+}

@@ -1,0 +1,5 @@
+//! Control logic: deterministic state machines that take the time from an injected clock.
+
+pub mod backoff;
+pub mod cadence;
+pub mod clock;

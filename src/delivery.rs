@@ -1,0 +1,217 @@
+//! Drives one batch to a final state: every row written or dead-lettered. Retries with
+//! backoff, waits out throttling, splits a rejected batch to find the bad rows so the good
+//! ones still land, and never gives up on a row because the sink is merely unreachable.
+
+use std::sync::Arc;
+
+use crate::config::RetryConfig;
+use crate::control::backoff::Backoff;
+use crate::record::{DeadLetter, Position, Row};
+use crate::sink::{Sink, WriteOutcome};
+use crate::stats::Stats;
+
+/// After this many throttles in a row a batch may be larger than the sink ever takes at
+/// once (its burst): split it rather than livelock on it.
+const THROTTLES_BEFORE_SPLIT: u32 = 3;
+
+/// A batch as the pipeline hands it over: the decoded rows, the records that failed to
+/// decode, and the source positions to acknowledge once all of them are settled.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub rows: Vec<Row>,
+    pub dead: Vec<DeadLetter>,
+    pub positions: Vec<Position>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("sink failed for good: {0}")]
+pub struct FatalSinkError(pub String);
+
+pub struct Delivery {
+    sink: Arc<dyn Sink>,
+    backoff: Backoff,
+    max_attempts: u32,
+    stats: Arc<Stats>,
+}
+
+/// A piece of a batch still to be written, with the attempts it has used.
+struct Piece {
+    rows: Vec<Row>,
+    attempts: u32,
+    throttles: u32,
+}
+
+impl Delivery {
+    pub fn new(sink: Arc<dyn Sink>, retry: &RetryConfig, stats: Arc<Stats>) -> Self {
+        Delivery {
+            sink,
+            backoff: Backoff::from_config(retry),
+            max_attempts: retry.max_attempts,
+            stats,
+        }
+    }
+
+    /// Settles the batch; returns the positions that may now be acknowledged.
+    pub async fn deliver(&self, batch: Batch) -> Result<Vec<Position>, FatalSinkError> {
+        let mut dead = batch.dead;
+        let mut todo = vec![Piece {
+            rows: batch.rows,
+            attempts: 0,
+            throttles: 0,
+        }];
+        let mut outage = 0u32;
+        while let Some(mut piece) = todo.pop() {
+            if piece.rows.is_empty() {
+                continue;
+            }
+            match self.sink.write(&piece.rows).await {
+                WriteOutcome::Written {
+                    inserted,
+                    duplicates,
+                } => {
+                    outage = 0;
+                    Stats::add(&self.stats.written, inserted);
+                    Stats::add(&self.stats.duplicates, duplicates);
+                }
+                WriteOutcome::Throttled {
+                    retry_after,
+                    reason,
+                } => {
+                    Stats::add(&self.stats.throttled, 1);
+                    Stats::add(&self.stats.retries, 1);
+                    piece.throttles += 1;
+                    let wait = retry_after
+                        .map(|d| d.min(self.backoff.ceiling(u32::MAX)))
+                        .unwrap_or_else(|| self.backoff.delay(piece.throttles, &mut rand::rng()));
+                    tracing::debug!(rows = piece.rows.len(), ?wait, "sink throttled: {reason}");
+                    tokio::time::sleep(wait).await;
+                    if piece.throttles >= THROTTLES_BEFORE_SPLIT && piece.rows.len() > 1 {
+                        todo.extend(split(piece));
+                    } else {
+                        todo.push(piece);
+                    }
+                }
+                WriteOutcome::Unavailable(reason) => {
+                    outage += 1;
+                    Stats::add(&self.stats.retries, 1);
+                    let wait = self.backoff.delay(outage, &mut rand::rng());
+                    tracing::warn!(?wait, "sink unavailable, retrying: {reason}");
+                    tokio::time::sleep(wait).await;
+                    todo.push(piece);
+                }
+                WriteOutcome::Transient(reason) => {
+                    piece.attempts += 1;
+                    if piece.attempts < self.max_attempts {
+                        Stats::add(&self.stats.retries, 1);
+                        let wait = self.backoff.delay(piece.attempts, &mut rand::rng());
+                        tracing::warn!(
+                            attempt = piece.attempts,
+                            ?wait,
+                            "transient sink error: {reason}"
+                        );
+                        tokio::time::sleep(wait).await;
+                        todo.push(piece);
+                    } else if piece.rows.len() > 1 {
+                        // Give each half one more try: the failure may be one row's doing.
+                        let halves = split(Piece {
+                            attempts: self.max_attempts - 1,
+                            ..piece
+                        });
+                        todo.extend(halves);
+                    } else {
+                        let attempts = piece.attempts;
+                        dead.extend(piece.rows.iter().map(|r| {
+                            DeadLetter::from_row(
+                                r,
+                                format!("gave up after {attempts} attempts: {reason}"),
+                                attempts,
+                            )
+                        }));
+                    }
+                }
+                WriteOutcome::Rejected {
+                    rows: Some(bad),
+                    reason,
+                } => {
+                    let attempts = piece.attempts + 1;
+                    let mut keep = Vec::with_capacity(piece.rows.len());
+                    for (i, row) in piece.rows.into_iter().enumerate() {
+                        if bad.contains(&i) {
+                            dead.push(DeadLetter::from_row(&row, reason.clone(), attempts));
+                        } else {
+                            keep.push(row);
+                        }
+                    }
+                    todo.push(Piece {
+                        rows: keep,
+                        ..piece
+                    });
+                }
+                WriteOutcome::Rejected { rows: None, reason } => {
+                    if piece.rows.len() == 1 {
+                        dead.push(DeadLetter::from_row(
+                            &piece.rows[0],
+                            reason,
+                            piece.attempts + 1,
+                        ));
+                    } else {
+                        todo.extend(split(piece));
+                    }
+                }
+                WriteOutcome::Fatal(reason) => return Err(FatalSinkError(reason)),
+            }
+        }
+        self.store_dead_letters(&dead).await?;
+        Ok(batch.positions)
+    }
+
+    /// Dead letters must be stored before the batch is acknowledged; their table takes
+    /// anything, so only an outage or a fatal error can stand in the way.
+    async fn store_dead_letters(&self, dead: &[DeadLetter]) -> Result<(), FatalSinkError> {
+        if dead.is_empty() {
+            return Ok(());
+        }
+        let mut attempt = 0;
+        loop {
+            match self.sink.dead_letter(dead).await {
+                WriteOutcome::Written { .. } => {
+                    Stats::add(&self.stats.dead_lettered, dead.len() as u64);
+                    return Ok(());
+                }
+                WriteOutcome::Fatal(reason) | WriteOutcome::Rejected { reason, .. } => {
+                    return Err(FatalSinkError(format!(
+                        "cannot store dead letters: {reason}"
+                    )));
+                }
+                WriteOutcome::Throttled { reason, .. }
+                | WriteOutcome::Unavailable(reason)
+                | WriteOutcome::Transient(reason) => {
+                    attempt += 1;
+                    Stats::add(&self.stats.retries, 1);
+                    let wait = self.backoff.delay(attempt, &mut rand::rng());
+                    tracing::warn!(?wait, "storing dead letters failed, retrying: {reason}");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+}
+
+/// Halves a piece; the halves keep its attempt count but start a new throttle streak.
+fn split(piece: Piece) -> [Piece; 2] {
+    let mut first = piece.rows;
+    let second = first.split_off(first.len() / 2);
+    // Pieces are popped from the end: push the second half first to keep the order.
+    [
+        Piece {
+            rows: second,
+            attempts: piece.attempts,
+            throttles: 0,
+        },
+        Piece {
+            rows: first,
+            attempts: piece.attempts,
+            throttles: 0,
+        },
+    ]
+}

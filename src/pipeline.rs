@@ -1,0 +1,228 @@
+//! The loop: each tick the cadence grants up to `rate × tick` records; while a batch slot
+//! is free the pipeline pulls at most what was granted, decodes it, and hands it to a
+//! delivery; when a delivery settles its batch, the positions are acknowledged to the
+//! source. Nothing is pulled that cannot be written now, and nothing is acknowledged
+//! before it is written or dead-lettered.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::control::cadence::Cadence;
+use crate::decode::Decoder;
+use crate::delivery::{Batch, Delivery, FatalSinkError};
+use crate::record::Position;
+use crate::shutdown::Shutdown;
+use crate::sink::Sink;
+use crate::source::{Source, SourceError};
+use crate::stats::{Stats, Summary};
+
+/// How a run ends and how big its steps are.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Stop once the source is caught up and everything pulled is settled.
+    pub until_empty: bool,
+    /// Stop after pulling this many records.
+    pub max_records: Option<u64>,
+    /// Most records per batch (one sink write).
+    pub max_batch: usize,
+    /// Most batches in flight.
+    pub max_in_flight: usize,
+    /// How long batches in flight may take to finish after shutdown is requested.
+    pub grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error("source failed: {0}")]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Sink(#[from] FatalSinkError),
+    #[error(
+        "shutdown grace period ran out with {0} batches in flight; they were not acknowledged and will be delivered again"
+    )]
+    GraceExpired(usize),
+    #[error("a delivery task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+pub struct Pipeline {
+    source: Box<dyn Source>,
+    sink: Arc<dyn Sink>,
+    decoder: Decoder,
+    cadence: Cadence,
+    delivery: Arc<Delivery>,
+    stats: Arc<Stats>,
+    options: RunOptions,
+}
+
+type InFlight = FuturesUnordered<JoinHandle<Result<Vec<Position>, FatalSinkError>>>;
+
+impl Pipeline {
+    pub fn new(
+        source: Box<dyn Source>,
+        sink: Arc<dyn Sink>,
+        decoder: Decoder,
+        cadence: Cadence,
+        delivery: Delivery,
+        stats: Arc<Stats>,
+        options: RunOptions,
+    ) -> Self {
+        Pipeline {
+            source,
+            sink,
+            decoder,
+            cadence,
+            delivery: Arc::new(delivery),
+            stats,
+            options,
+        }
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    pub fn sink(&self) -> Arc<dyn Sink> {
+        self.sink.clone()
+    }
+
+    /// Runs until drained (`until_empty`), `max_records` is reached, or shutdown.
+    pub async fn run(mut self, mut shutdown: Shutdown) -> Result<Summary, PipelineError> {
+        let started = Instant::now();
+        let tick = self.cadence.tick();
+        let mut ticker = tokio::time::interval_at(Instant::now() + tick, tick);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let mut in_flight: InFlight = FuturesUnordered::new();
+        let mut allowance: u64 = 0;
+        let mut caught_up = false;
+        let mut stop_deadline: Option<Instant> = None;
+        let mut failure: Option<PipelineError> = None;
+        let mut pulled_total: u64 = 0;
+        let mut backlog_at = Instant::now();
+
+        loop {
+            let stopping = stop_deadline.is_some() || failure.is_some();
+            while !stopping && allowance > 0 && in_flight.len() < self.options.max_in_flight {
+                let remaining = self
+                    .options
+                    .max_records
+                    .map_or(u64::MAX, |m| m.saturating_sub(pulled_total));
+                if remaining == 0 {
+                    break;
+                }
+                let want = allowance.min(self.options.max_batch as u64).min(remaining) as u32;
+                let granted = self.cadence.take(want);
+                if granted == 0 {
+                    allowance = 0;
+                    break;
+                }
+                allowance -= u64::from(granted);
+                let pulled = match self.source.pull(granted as usize).await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        failure = Some(e.into());
+                        break;
+                    }
+                };
+                caught_up = pulled.caught_up;
+                let n = pulled.records.len() as u64;
+                if n > 0 {
+                    pulled_total += n;
+                    Stats::add(&self.stats.pulled, n);
+                    in_flight.push(self.dispatch(pulled.records));
+                }
+                if caught_up || n < u64::from(granted) {
+                    allowance = 0;
+                }
+            }
+            self.stats
+                .batches_in_flight
+                .store(in_flight.len() as u64, Relaxed);
+
+            let drained = self.options.until_empty && caught_up;
+            let limit_reached = self.options.max_records.is_some_and(|m| pulled_total >= m);
+            let stopping = stop_deadline.is_some() || failure.is_some();
+            if in_flight.is_empty() && (drained || limit_reached || stopping) {
+                let clean = failure.is_none() && drained && !limit_reached;
+                self.source.close(clean).await?;
+                return match failure {
+                    Some(e) => Err(e),
+                    None => Ok(self.stats.summary(started.elapsed())),
+                };
+            }
+
+            let grace_over = async {
+                match stop_deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = ticker.tick(), if !stopping => {
+                    allowance = u64::from(self.cadence.quantum());
+                    if backlog_at.elapsed() >= Duration::from_secs(1) {
+                        backlog_at = Instant::now();
+                        self.report_backlog().await;
+                    }
+                }
+                Some(done) = in_flight.next() => {
+                    match done {
+                        Ok(Ok(positions)) => {
+                            if let Err(e) = self.source.ack(&positions).await {
+                                failure.get_or_insert(e.into());
+                            }
+                        }
+                        Ok(Err(fatal)) => {
+                            tracing::error!("{fatal}; finishing batches in flight, then stopping");
+                            failure.get_or_insert(fatal.into());
+                        }
+                        Err(join) => { failure.get_or_insert(join.into()); }
+                    }
+                }
+                _ = shutdown.requested(), if stop_deadline.is_none() => {
+                    stop_deadline = Some(Instant::now() + self.options.grace);
+                }
+                _ = grace_over => {
+                    let left = in_flight.len();
+                    for task in in_flight.iter() {
+                        task.abort();
+                    }
+                    self.source.close(false).await?;
+                    return Err(PipelineError::GraceExpired(left));
+                }
+            }
+        }
+    }
+
+    /// Decodes records and starts their delivery.
+    fn dispatch(
+        &self,
+        records: Vec<crate::record::Record>,
+    ) -> JoinHandle<Result<Vec<Position>, FatalSinkError>> {
+        let mut batch = Batch {
+            positions: records.iter().map(|r| r.position).collect(),
+            ..Default::default()
+        };
+        for record in records {
+            match self.decoder.decode(record) {
+                Ok(row) => batch.rows.push(row),
+                Err(letter) => batch.dead.push(letter),
+            }
+        }
+        let delivery = self.delivery.clone();
+        tokio::spawn(async move { delivery.deliver(batch).await })
+    }
+
+    async fn report_backlog(&mut self) {
+        match self.source.backlog().await {
+            Ok(backlog) => self.stats.set_backlog(backlog),
+            Err(e) => tracing::debug!("backlog unknown: {e}"),
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Sinks: where rows go. A sink writes a whole batch idempotently (a redelivered key is a
+//! duplicate, not a second row) and says how it went, so the pipeline can retry, back off,
+//! split the batch, or dead-letter — and acknowledge only what is durably written.
+
+pub mod identifier;
+pub mod sqlite;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::config::{Config, SinkKind};
+use crate::record::{DeadLetter, Row};
+
+/// How one write went.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOutcome {
+    /// Durably written; `duplicates` keys were already there and were left alone.
+    Written { inserted: u64, duplicates: u64 },
+    /// The sink asked us to slow down (HTTP 429/503, a throttling SQLSTATE).
+    Throttled {
+        retry_after: Option<Duration>,
+        reason: String,
+    },
+    /// The sink cannot be reached or cannot write at all right now (connection refused,
+    /// disk full). Not the records' fault: retried without spending their attempts.
+    Unavailable(String),
+    /// A failure that may pass on retry but may also be caused by the batch (deadlock,
+    /// timeout): retried, and after `retry.max_attempts` the records are dead-lettered.
+    Transient(String),
+    /// The sink will never take some of these rows. `rows` names them when the sink knows
+    /// (indexes into the batch); otherwise the batch is split to find them.
+    Rejected {
+        rows: Option<Vec<usize>>,
+        reason: String,
+    },
+    /// Nothing more can be done (the table is gone, permissions revoked): stop the worker.
+    Fatal(String),
+}
+
+#[async_trait]
+pub trait Sink: Send + Sync {
+    /// Writes `rows` in one transaction (or one request): all or nothing.
+    async fn write(&self, rows: &[Row]) -> WriteOutcome;
+
+    /// Stores records that will never be written, with their reasons. Storing the same
+    /// letter twice (a redelivered bad record) keeps one.
+    async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome;
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open sink {url}: {message}")]
+pub struct SinkError {
+    pub url: String,
+    pub message: String,
+}
+
+/// Opens the sink the configuration names and creates its tables if missing.
+pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
+    match config.sink.kind {
+        SinkKind::Sqlite => Ok(Arc::new(sqlite::SqliteSink::open(&config.sink).await?)),
+    }
+}
+
+/// A stable identity for a dead letter: the same record failing again is one letter.
+pub fn dead_letter_fingerprint(letter: &DeadLetter) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(letter.origin.as_bytes());
+    h.update([0]);
+    h.update(&letter.raw);
+    hex::encode(&h.finalize()[..16])
+}

@@ -1,0 +1,161 @@
+//! SQLite: the embedded default. One connection (SQLite has one writer anyway), WAL, one
+//! transaction per batch, `ON CONFLICT(key) DO NOTHING` so redelivery never duplicates.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{AssertSqlSafe, QueryBuilder, Sqlite};
+
+use super::identifier::quote;
+use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
+use crate::config::SinkConfig;
+use crate::record::{DeadLetter, Row};
+
+/// SQLite allows 32,766 bound parameters per statement; three per row.
+const ROWS_PER_STATEMENT: usize = 10_000;
+pub const DEAD_LETTER_TABLE: &str = "sluice_dead_letters";
+
+pub struct SqliteSink {
+    pool: SqlitePool,
+    insert_head: String,
+}
+
+impl SqliteSink {
+    pub async fn open(config: &SinkConfig) -> Result<Self, SinkError> {
+        let fail = |e: &dyn std::fmt::Display| SinkError {
+            url: config.url.clone(),
+            message: e.to_string(),
+        };
+        let options = SqliteConnectOptions::from_str(&config.url)
+            .map_err(|e| fail(&e))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(options)
+            .await
+            .map_err(|e| fail(&e))?;
+        let table = quote(&config.table);
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {table} (
+                key TEXT PRIMARY KEY,
+                payload TEXT NOT NULL,
+                source TEXT,
+                ingested_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+            )"
+        );
+        sqlx::query(AssertSqlSafe(ddl))
+            .execute(&pool)
+            .await
+            .map_err(|e| fail(&e))?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS sluice_dead_letters (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                fingerprint TEXT NOT NULL UNIQUE,
+                position TEXT NOT NULL,
+                key TEXT,
+                raw BLOB NOT NULL,
+                reason TEXT NOT NULL,
+                attempts INTEGER NOT NULL,
+                failed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+            )",
+        )
+        .execute(&pool)
+        .await
+        .map_err(|e| fail(&e))?;
+        Ok(SqliteSink {
+            pool,
+            insert_head: format!("INSERT INTO {table} (key, payload, source) "),
+        })
+    }
+
+    async fn insert(&self, rows: &[Row]) -> Result<u64, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let mut inserted = 0;
+        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+            let mut q = QueryBuilder::<Sqlite>::new(self.insert_head.as_str());
+            q.push_values(chunk, |mut b, row| {
+                b.push_bind(row.key.as_str())
+                    .push_bind(row.payload.as_str())
+                    .push_bind(row.origin.as_str());
+            });
+            q.push(" ON CONFLICT(key) DO NOTHING");
+            inserted += q.build().execute(&mut *tx).await?.rows_affected();
+        }
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    async fn insert_dead_letters(&self, letters: &[DeadLetter]) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        for chunk in letters.chunks(ROWS_PER_STATEMENT / 2) {
+            let mut q = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO sluice_dead_letters (fingerprint, position, key, raw, reason, attempts) ",
+            );
+            q.push_values(chunk, |mut b, l| {
+                b.push_bind(dead_letter_fingerprint(l))
+                    .push_bind(l.origin.as_str())
+                    .push_bind(l.key.as_deref())
+                    .push_bind(l.raw.as_slice())
+                    .push_bind(l.reason.as_str())
+                    .push_bind(i64::from(l.attempts));
+            });
+            q.push(" ON CONFLICT(fingerprint) DO NOTHING");
+            q.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await
+    }
+}
+
+/// Sorts SQLite's result codes into what the pipeline should do about them.
+fn classify(err: sqlx::Error) -> WriteOutcome {
+    match &err {
+        sqlx::Error::Database(db) => {
+            // Extended result codes; the primary code is the low byte.
+            let code = db.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or(0);
+            match code & 0xff {
+                5 | 6 => WriteOutcome::Transient(err.to_string()), // BUSY, LOCKED
+                10 | 13 | 14 | 8 => WriteOutcome::Unavailable(err.to_string()), // IOERR, FULL, CANTOPEN, READONLY
+                18 | 19 | 20 | 25 => WriteOutcome::Rejected {
+                    rows: None,
+                    reason: format!("sqlite: {}", db.message()),
+                }, // TOOBIG, CONSTRAINT, MISMATCH, RANGE
+                _ => WriteOutcome::Fatal(err.to_string()),
+            }
+        }
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+            WriteOutcome::Unavailable(err.to_string())
+        }
+        _ => WriteOutcome::Fatal(err.to_string()),
+    }
+}
+
+#[async_trait]
+impl Sink for SqliteSink {
+    async fn write(&self, rows: &[Row]) -> WriteOutcome {
+        match self.insert(rows).await {
+            Ok(inserted) => WriteOutcome::Written {
+                inserted,
+                duplicates: rows.len() as u64 - inserted,
+            },
+            Err(e) => classify(e),
+        }
+    }
+
+    async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
+        match self.insert_dead_letters(letters).await {
+            Ok(()) => WriteOutcome::Written {
+                inserted: letters.len() as u64,
+                duplicates: 0,
+            },
+            Err(e) => classify(e),
+        }
+    }
+}

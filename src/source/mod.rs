@@ -1,0 +1,58 @@
+//! Sources: where records come from. Each one pulls at most what it is asked for, so
+//! nothing is held that cannot be written now, and advances its durable position only
+//! over records the pipeline acknowledged.
+
+pub mod file;
+pub mod watermark;
+
+use async_trait::async_trait;
+
+use crate::config::{Config, SourceKind};
+use crate::record::{Position, Record};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What a pull returned.
+#[derive(Debug, Default)]
+pub struct Pulled {
+    pub records: Vec<Record>,
+    /// Nothing more is available right now: the file is at its end, the queue is drained.
+    pub caught_up: bool,
+}
+
+/// How much is left, in whatever unit the source can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backlog {
+    Records(u64),
+    Bytes { done: u64, total: u64 },
+    Unknown,
+}
+
+#[async_trait]
+pub trait Source: Send {
+    /// Up to `max` records that are available now (waiting briefly at most).
+    async fn pull(&mut self, max: usize) -> Result<Pulled, SourceError>;
+
+    /// The records at these positions are written or dead-lettered: never deliver them again.
+    async fn ack(&mut self, positions: &[Position]) -> Result<(), SourceError>;
+
+    async fn backlog(&mut self) -> Result<Backlog, SourceError>;
+
+    /// Makes acknowledged progress durable and lets go of anything unacknowledged.
+    /// `drained` is true when a one-shot run consumed everything.
+    async fn close(&mut self, drained: bool) -> Result<(), SourceError>;
+}
+
+/// Opens the source the configuration names. `follow`: keep waiting for new records at
+/// the end of the input (a daemon) rather than stopping there (`--until-empty`).
+pub async fn open(config: &Config, follow: bool) -> Result<Box<dyn Source>, SourceError> {
+    match config.source.kind {
+        SourceKind::File => Ok(Box::new(file::FileSource::open(config, follow).await?)),
+    }
+}
