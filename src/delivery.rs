@@ -215,3 +215,206 @@ fn split(piece: Piece) -> [Piece; 2] {
         },
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use std::sync::Mutex;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    /// A sink with rules: rows whose payload contains "bad" are rejected (the whole batch
+    /// fails, as a database constraint would); the first `throttles` writes are throttled;
+    /// writes of more than `burst` rows are throttled forever; the first `transients`
+    /// writes fail transiently.
+    #[derive(Default)]
+    struct RuleSink {
+        throttles: Mutex<u32>,
+        transients: Mutex<u32>,
+        burst: Option<usize>,
+        written: Mutex<Vec<String>>,
+        dead: Mutex<Vec<(String, String)>>,
+        calls: Mutex<u32>,
+    }
+
+    #[async_trait]
+    impl Sink for RuleSink {
+        async fn write(&self, rows: &[Row]) -> WriteOutcome {
+            *self.calls.lock().unwrap() += 1;
+            if self.burst.is_some_and(|b| rows.len() > b) {
+                return WriteOutcome::Throttled {
+                    retry_after: Some(std::time::Duration::from_millis(50)),
+                    reason: "burst".into(),
+                };
+            }
+            let mut t = self.throttles.lock().unwrap();
+            if *t > 0 {
+                *t -= 1;
+                return WriteOutcome::Throttled {
+                    retry_after: None,
+                    reason: "429".into(),
+                };
+            }
+            let mut tr = self.transients.lock().unwrap();
+            if *tr > 0 {
+                *tr -= 1;
+                return WriteOutcome::Transient("deadlock".into());
+            }
+            if rows.iter().any(|r| r.payload.contains("bad")) {
+                return WriteOutcome::Rejected {
+                    rows: None,
+                    reason: "check constraint".into(),
+                };
+            }
+            self.written
+                .lock()
+                .unwrap()
+                .extend(rows.iter().map(|r| r.key.clone()));
+            WriteOutcome::Written {
+                inserted: rows.len() as u64,
+                duplicates: 0,
+            }
+        }
+        async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
+            self.dead.lock().unwrap().extend(
+                letters
+                    .iter()
+                    .map(|l| (l.key.clone().unwrap_or_default(), l.reason.clone())),
+            );
+            WriteOutcome::Written {
+                inserted: letters.len() as u64,
+                duplicates: 0,
+            }
+        }
+    }
+
+    fn rows(n: usize, bad: &[usize]) -> Vec<Row> {
+        (0..n)
+            .map(|i| Row {
+                key: format!("k{i}"),
+                payload: if bad.contains(&i) {
+                    "{\"bad\":1}".into()
+                } else {
+                    "{}".into()
+                },
+                origin: format!("t:{i}"),
+            })
+            .collect()
+    }
+
+    fn delivery(sink: Arc<RuleSink>, max_attempts: u32) -> (Delivery, Arc<Stats>) {
+        let stats = Arc::new(Stats::default());
+        let retry = RetryConfig {
+            max_attempts,
+            ..RetryConfig::default()
+        };
+        (Delivery::new(sink, &retry, stats.clone()), stats)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bisection_isolates_bad_rows_and_writes_the_rest() {
+        let sink = Arc::new(RuleSink::default());
+        let (d, stats) = delivery(sink.clone(), 8);
+        let positions = vec![Position {
+            lane: 0,
+            start: 0,
+            end: 1,
+        }];
+        let batch = Batch {
+            rows: rows(100, &[7, 42, 43, 99]),
+            dead: vec![],
+            positions: positions.clone(),
+        };
+        assert_eq!(d.deliver(batch).await.unwrap(), positions);
+        assert_eq!(sink.written.lock().unwrap().len(), 96);
+        let dead: Vec<String> = sink
+            .dead
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(dead, ["k7", "k42", "k43", "k99"]);
+        assert_eq!(stats.dead_lettered.load(Relaxed), 4);
+        assert!(
+            *sink.calls.lock().unwrap() < 40,
+            "bisection, not row by row"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttled_batches_wait_and_retry_as_they_are() {
+        let sink = Arc::new(RuleSink {
+            throttles: Mutex::new(2),
+            ..Default::default()
+        });
+        let (d, stats) = delivery(sink.clone(), 8);
+        d.deliver(Batch {
+            rows: rows(10, &[]),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        assert_eq!(sink.written.lock().unwrap().len(), 10);
+        assert_eq!(
+            *sink.calls.lock().unwrap(),
+            3,
+            "two throttles then one write of the whole batch"
+        );
+        assert_eq!(stats.throttled.load(Relaxed), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_larger_than_the_burst_is_split_instead_of_livelocking() {
+        let sink = Arc::new(RuleSink {
+            burst: Some(16),
+            ..Default::default()
+        });
+        let (d, _) = delivery(sink.clone(), 8);
+        d.deliver(Batch {
+            rows: rows(100, &[]),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let mut written = sink.written.lock().unwrap().clone();
+        written.sort();
+        written.dedup();
+        assert_eq!(written.len(), 100);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_retry_then_dead_letter_after_max_attempts() {
+        let sink = Arc::new(RuleSink {
+            transients: Mutex::new(2),
+            ..Default::default()
+        });
+        let (d, stats) = delivery(sink.clone(), 8);
+        d.deliver(Batch {
+            rows: rows(5, &[]),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        assert_eq!(sink.written.lock().unwrap().len(), 5);
+        assert_eq!(stats.retries.load(Relaxed), 2);
+
+        let sink = Arc::new(RuleSink {
+            transients: Mutex::new(1000),
+            ..Default::default()
+        });
+        let (d, _) = delivery(sink.clone(), 3);
+        d.deliver(Batch {
+            rows: rows(2, &[]),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let dead = sink.dead.lock().unwrap().clone();
+        assert_eq!(dead.len(), 2);
+        assert!(
+            dead[0].1.contains("gave up after 3 attempts: deadlock"),
+            "{dead:?}"
+        );
+    }
+}

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::control::cadence::Cadence;
+use crate::control::target_rate::TargetRate;
 use crate::decode::Decoder;
 use crate::delivery::{Batch, Delivery, FatalSinkError};
 use crate::record::Position;
@@ -56,6 +57,7 @@ pub struct Pipeline {
     sink: Arc<dyn Sink>,
     decoder: Decoder,
     cadence: Cadence,
+    target_rate: TargetRate,
     delivery: Arc<Delivery>,
     stats: Arc<Stats>,
     options: RunOptions,
@@ -77,6 +79,7 @@ impl Pipeline {
             source,
             sink,
             decoder,
+            target_rate: TargetRate::new(cadence.rate()),
             cadence,
             delivery: Arc::new(delivery),
             stats,
@@ -90,6 +93,11 @@ impl Pipeline {
 
     pub fn sink(&self) -> Arc<dyn Sink> {
         self.sink.clone()
+    }
+
+    /// A handle to change the rate while the pipeline runs; applied at the next tick.
+    pub fn target_rate(&self) -> TargetRate {
+        self.target_rate.clone()
     }
 
     /// Runs until drained (`until_empty`), `max_records` is reached, or shutdown.
@@ -144,6 +152,8 @@ impl Pipeline {
             self.stats
                 .batches_in_flight
                 .store(in_flight.len() as u64, Relaxed);
+            // Right after this tick's take, so the next tick gets exactly one new quantum.
+            self.cadence.set_rate(self.target_rate.get());
 
             let drained = self.options.until_empty && caught_up;
             let limit_reached = self.options.max_records.is_some_and(|m| pulled_total >= m);

@@ -3,3 +3,4 @@
 pub mod backoff;
 pub mod cadence;
 pub mod clock;
+pub mod target_rate;

@@ -1,0 +1,96 @@
+//! Bad configuration exits 2 before anything starts, naming the key.
+
+mod common;
+
+use common::*;
+
+fn check_refused(extra_env: &[(&str, &str)], config_tail: &str, input: &str, key: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 3, &[]);
+    write_config(dir.path(), input, 100.0, config_tail);
+    let mut cmd = sluice();
+    cmd.current_dir(dir.path())
+        .args(["run", "-c", "sluice.toml", "--until-empty"]);
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(key), "message should name {key}: {err}");
+    assert!(!dir.path().join("out.db").exists(), "nothing started");
+}
+
+#[test]
+fn unknown_key() {
+    check_refused(
+        &[],
+        "[retry]\nmax_atempts = 3\n",
+        "in.ndjson",
+        "max_atempts",
+    );
+}
+
+#[test]
+fn misspelled_duration() {
+    let dir_tail = "[shutdown]\ngrace = \"30 sec onds\"\n";
+    check_refused(&[], dir_tail, "in.ndjson", "shutdown.grace");
+}
+
+#[test]
+fn non_positive_rate_from_the_environment() {
+    check_refused(
+        &[("SLUICE_RATE__RECORDS_PER_SECOND", "-5")],
+        "",
+        "in.ndjson",
+        "rate.records_per_second",
+    );
+}
+
+#[test]
+fn zero_tick() {
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 3, &[]);
+    let cfg = write_config(dir.path(), "in.ndjson", 100.0, "");
+    let body = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("tick = \"200ms\"", "tick = \"0s\"");
+    std::fs::write(&cfg, body).unwrap();
+    let out = run_in(dir.path(), &["run", "-c", "sluice.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("rate.tick"), "{}", stderr(&out));
+}
+
+#[test]
+fn missing_input_file() {
+    check_refused(&[], "", "no-such-file.ndjson", "source.path");
+}
+
+#[test]
+fn injected_table_name() {
+    check_refused(
+        &[("SLUICE_SINK__TABLE", "records; drop table x")],
+        "",
+        "in.ndjson",
+        "sink.table",
+    );
+}
+
+#[test]
+fn missing_config_file_and_bad_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(dir.path(), &["run", "-c", "nope.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("nope.toml"));
+    let out = run_in(dir.path(), &["run", "--frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn check_accepts_a_good_config() {
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 3, &[]);
+    write_config(dir.path(), "in.ndjson", 100.0, "");
+    let out = run_in(dir.path(), &["check", "-c", "sluice.toml"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -1,0 +1,84 @@
+//! Helpers shared by the integration tests: configs in temp dirs, the real binary, and
+//! direct reads of the sink database.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub fn sluice() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.env("SLUICE_LOG", "warn")
+        .env_remove("SLUICE_RATE__RECORDS_PER_SECOND")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `sluice` with `args` in `dir`; returns the output.
+pub fn run_in(dir: &Path, args: &[&str]) -> Output {
+    sluice()
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("sluice runs")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn summary(o: &Output) -> serde_json::Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("no summary; stderr: {}", stderr(o)));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("summary {line:?}: {e}"))
+}
+
+/// Writes `n` NDJSON records keyed `/id` = `k{i}`; lines listed in `bad` (1-based) are
+/// malformed JSON instead.
+pub fn write_records(path: &Path, n: usize, bad: &[usize]) {
+    let mut body = String::with_capacity(n * 60);
+    for i in 1..=n {
+        if bad.contains(&i) {
+            body.push_str(&format!("{{\"id\": \"k{i}\", \"broken\": \n"));
+        } else {
+            body.push_str(&format!(
+                "{{\"id\":\"k{i}\",\"n\":{i},\"note\":\"record number {i}\"}}\n"
+            ));
+        }
+    }
+    std::fs::write(path, body).unwrap();
+}
+
+/// A file → SQLite config in `dir`; `extra` is appended (more tables or keys).
+pub fn write_config(dir: &Path, input: &str, rate: f64, extra: &str) -> PathBuf {
+    let path = dir.join("sluice.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[source]\nkind = \"file\"\npath = {input:?}\n\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://out.db\"\ntable = \"records\"\nkey = \"/id\"\n\n[rate]\nrecords_per_second = {rate}\ntick = \"200ms\"\n{extra}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Reads one integer from the SQLite database at `db`.
+pub fn sqlite_count(db: &Path, sql: &str) -> i64 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let url = format!("sqlite://{}", db.display());
+        let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+            .await
+            .unwrap();
+        let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_string()))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        n
+    })
+}

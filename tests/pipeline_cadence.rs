@@ -1,0 +1,217 @@
+//! The pipeline under tokio's paused clock: exact per-tick cadence, rate changes without a
+//! burst, and the in-flight bound. The sink here records *when* it was written to; the
+//! timing is the subject, so it stands in for a database.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sluice::config::RetryConfig;
+use sluice::control::cadence::Cadence;
+use sluice::control::clock::TokioClock;
+use sluice::decode::Decoder;
+use sluice::delivery::Delivery;
+use sluice::pipeline::{Pipeline, RunOptions};
+use sluice::record::{DeadLetter, Position, Record, Row};
+use sluice::shutdown;
+use sluice::sink::{Sink, WriteOutcome};
+use sluice::source::{Backlog, Pulled, Source, SourceError};
+use sluice::stats::Stats;
+use tokio::time::Instant;
+
+struct CountingSource {
+    next: u64,
+    total: u64,
+    acked: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Source for CountingSource {
+    async fn pull(&mut self, max: usize) -> Result<Pulled, SourceError> {
+        let n = (max as u64).min(self.total - self.next);
+        let records = (self.next..self.next + n)
+            .map(|i| Record {
+                position: Position {
+                    lane: 0,
+                    start: i,
+                    end: i + 1,
+                },
+                origin: format!("mem:{i}"),
+                fallback_key: format!("mem:{i}"),
+                payload: format!("{{\"id\":{i}}}").into_bytes(),
+                oversize: None,
+            })
+            .collect();
+        self.next += n;
+        Ok(Pulled {
+            records,
+            caught_up: self.next == self.total,
+        })
+    }
+    async fn ack(&mut self, positions: &[Position]) -> Result<(), SourceError> {
+        self.acked.fetch_add(positions.len(), Ordering::SeqCst);
+        Ok(())
+    }
+    async fn backlog(&mut self) -> Result<Backlog, SourceError> {
+        Ok(Backlog::Records(self.total - self.next))
+    }
+    async fn close(&mut self, _drained: bool) -> Result<(), SourceError> {
+        Ok(())
+    }
+}
+
+/// Records (time since start, rows) of every write; optionally takes `latency` per write.
+struct TimingSink {
+    start: Instant,
+    latency: Duration,
+    writes: Mutex<Vec<(Duration, usize)>>,
+    in_flight: AtomicUsize,
+    peak_in_flight: AtomicUsize,
+}
+
+#[async_trait]
+impl Sink for TimingSink {
+    async fn write(&self, rows: &[Row]) -> WriteOutcome {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        self.writes
+            .lock()
+            .unwrap()
+            .push((self.start.elapsed(), rows.len()));
+        tokio::time::sleep(self.latency).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        WriteOutcome::Written {
+            inserted: rows.len() as u64,
+            duplicates: 0,
+        }
+    }
+    async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
+        WriteOutcome::Written {
+            inserted: letters.len() as u64,
+            duplicates: 0,
+        }
+    }
+}
+
+fn pipeline(
+    rate: f64,
+    total: u64,
+    latency: Duration,
+    max_in_flight: usize,
+    max_batch: usize,
+) -> (Pipeline, Arc<TimingSink>, Arc<AtomicUsize>) {
+    let sink = Arc::new(TimingSink {
+        start: Instant::now(),
+        latency,
+        writes: Mutex::new(Vec::new()),
+        in_flight: AtomicUsize::new(0),
+        peak_in_flight: AtomicUsize::new(0),
+    });
+    let acked = Arc::new(AtomicUsize::new(0));
+    let stats = Arc::new(Stats::default());
+    let p = Pipeline::new(
+        Box::new(CountingSource {
+            next: 0,
+            total,
+            acked: acked.clone(),
+        }),
+        sink.clone(),
+        Decoder::new(Some("/id".into())),
+        Cadence::new(rate, Duration::from_millis(200), TokioClock::default()),
+        Delivery::new(sink.clone(), &RetryConfig::default(), stats.clone()),
+        stats,
+        RunOptions {
+            until_empty: true,
+            max_records: None,
+            max_batch,
+            max_in_flight,
+            grace: Duration::from_secs(30),
+        },
+    );
+    (p, sink, acked)
+}
+
+/// Records written in each 200 ms window, indexed by window (window k ends at k × 200 ms).
+fn per_window(sink: &TimingSink) -> Vec<usize> {
+    let writes = sink.writes.lock().unwrap();
+    let last = writes
+        .iter()
+        .map(|(t, _)| t.as_millis() / 200)
+        .max()
+        .unwrap_or(0) as usize;
+    let mut windows = vec![0; last + 1];
+    for (t, n) in writes.iter() {
+        windows[(t.as_millis() / 200) as usize] += n;
+    }
+    windows
+}
+
+#[tokio::test(start_paused = true)]
+async fn exactly_twenty_per_window_at_100_per_second() {
+    let (p, sink, acked) = pipeline(100.0, 500, Duration::ZERO, 4, 1000);
+    let summary = p.run(shutdown::channel().1).await.unwrap();
+    assert_eq!(summary.written, 500);
+    assert_eq!(acked.load(Ordering::SeqCst), 500);
+    let windows = per_window(&sink);
+    assert_eq!(
+        windows[0], 0,
+        "the bucket starts empty: nothing before the first tick"
+    );
+    assert_eq!(
+        &windows[1..],
+        &[20; 25][..],
+        "5 s at 100/s with a 200 ms tick"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_change_applies_at_the_next_tick_without_a_burst() {
+    let (p, sink, _) = pipeline(100.0, 1_000, Duration::ZERO, 4, 1000);
+    let rate = p.target_rate();
+    let run = tokio::spawn(p.run(shutdown::channel().1));
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    rate.set(200.0);
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    rate.set(50.0);
+    run.await.unwrap().unwrap();
+    let w = per_window(&sink);
+    assert_eq!(&w[1..=11], &[20; 11][..], "100/s until the change");
+    assert_eq!(&w[12..=21], &[40; 10][..], "200/s from the next tick on");
+    assert!(
+        w[22..w.len() - 1].iter().all(|&n| n == 10),
+        "50/s after the second change: {:?}",
+        &w[22..]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_in_flight_never_exceed_the_limit() {
+    // 1,000/s wants 200 per tick; batches of 50 taking 1 s each, at most 2 at once.
+    let (p, sink, acked) = pipeline(1_000.0, 2_000, Duration::from_secs(1), 2, 50);
+    let summary = p.run(shutdown::channel().1).await.unwrap();
+    assert_eq!(summary.written, 2_000);
+    assert_eq!(acked.load(Ordering::SeqCst), 2_000);
+    assert_eq!(sink.peak_in_flight.load(Ordering::SeqCst), 2);
+    assert!(sink.writes.lock().unwrap().iter().all(|&(_, n)| n <= 50));
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_pulling_and_settles_what_is_in_flight() {
+    let (p, sink, acked) = pipeline(100.0, 10_000, Duration::from_millis(300), 4, 1000);
+    let stats = p.stats();
+    let (trigger, shutdown) = shutdown::channel();
+    let run = tokio::spawn(p.run(shutdown));
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    trigger.trigger();
+    let summary = run.await.unwrap().unwrap();
+    let written: usize = sink.writes.lock().unwrap().iter().map(|(_, n)| n).sum();
+    assert_eq!(summary.pulled, 100, "five ticks of 20 before the stop");
+    assert_eq!(written, 100);
+    assert_eq!(
+        acked.load(Ordering::SeqCst),
+        100,
+        "everything pulled was acknowledged"
+    );
+    assert_eq!(stats.batches_in_flight.load(Ordering::SeqCst), 0);
+}
