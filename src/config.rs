@@ -49,6 +49,7 @@ pub struct Config {
 pub enum SourceKind {
     #[default]
     File,
+    Amqp,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -62,6 +63,17 @@ pub struct SourceConfig {
     /// A longer record is dead-lettered instead of being held in memory.
     #[serde(default = "default_max_record_bytes")]
     pub max_record_bytes: usize,
+    /// AMQP source: broker URL (`amqp://user:pass@host:5672/vhost`).
+    pub url: Option<String>,
+    /// AMQP source: the queue to drain.
+    pub queue: Option<String>,
+    /// AMQP source: declare the queue (durable) if it does not exist.
+    #[serde(default = "default_true")]
+    pub declare: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_max_record_bytes() -> usize {
@@ -98,7 +110,7 @@ fn default_max_batch() -> usize {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RateConfig {
     /// This worker's ceiling, records per second.
     pub records_per_second: f64,
@@ -117,7 +129,7 @@ impl Default for RateConfig {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RetryConfig {
     #[serde(with = "humantime_serde")]
     pub min_delay: Duration,
@@ -147,7 +159,7 @@ pub enum ConcurrencyAlgorithm {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct ConcurrencyConfig {
     pub algorithm: ConcurrencyAlgorithm,
     /// Most batches in flight at once.
@@ -164,7 +176,7 @@ impl Default for ConcurrencyConfig {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct ShutdownConfig {
     /// How long in-flight batches may take to finish after SIGINT/SIGTERM.
     #[serde(with = "humantime_serde")]
@@ -230,6 +242,26 @@ impl Config {
                     return Err(ConfigError::invalid(
                         "source.path",
                         format!("input file {} does not exist", path.display()),
+                    ));
+                }
+            }
+            SourceKind::Amqp => {
+                let url = self.source.url.as_deref().unwrap_or("");
+                if !(url.starts_with("amqp://") || url.starts_with("amqps://")) {
+                    return Err(ConfigError::invalid(
+                        "source.url",
+                        "kind = \"amqp\" needs an amqp:// or amqps:// URL",
+                    ));
+                }
+                if self
+                    .source
+                    .queue
+                    .as_deref()
+                    .is_none_or(|q| q.trim().is_empty())
+                {
+                    return Err(ConfigError::invalid(
+                        "source.queue",
+                        "required for kind = \"amqp\"",
                     ));
                 }
             }

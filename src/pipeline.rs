@@ -113,6 +113,7 @@ impl Pipeline {
         let mut failure: Option<PipelineError> = None;
         let mut pulled_total: u64 = 0;
         let mut backlog_at = Instant::now();
+        self.source.set_prefetch(self.prefetch()).await?;
 
         loop {
             let stopping = stop_deadline.is_some() || failure.is_some();
@@ -153,7 +154,13 @@ impl Pipeline {
                 .batches_in_flight
                 .store(in_flight.len() as u64, Relaxed);
             // Right after this tick's take, so the next tick gets exactly one new quantum.
+            let quantum = self.cadence.quantum();
             self.cadence.set_rate(self.target_rate.get());
+            if self.cadence.quantum() != quantum
+                && let Err(e) = self.source.set_prefetch(self.prefetch()).await
+            {
+                failure.get_or_insert(e.into());
+            }
 
             let drained = self.options.until_empty && caught_up;
             let limit_reached = self.options.max_records.is_some_and(|m| pulled_total >= m);
@@ -208,6 +215,12 @@ impl Pipeline {
                 }
             }
         }
+    }
+
+    /// Records the pipeline may hold at once: a batch per slot plus the one being pulled.
+    fn prefetch(&self) -> usize {
+        let batch = (self.cadence.quantum() as usize).min(self.options.max_batch);
+        batch * (self.options.max_in_flight + 1)
     }
 
     /// Decodes records and starts their delivery.

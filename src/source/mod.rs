@@ -2,6 +2,7 @@
 //! nothing is held that cannot be written now, and advances its durable position only
 //! over records the pipeline acknowledged.
 
+pub mod amqp;
 pub mod file;
 pub mod watermark;
 
@@ -44,6 +45,12 @@ pub trait Source: Send {
 
     async fn backlog(&mut self) -> Result<Backlog, SourceError>;
 
+    /// The most records the pipeline may hold unacknowledged at the current rate; a queue
+    /// source bounds its broker-side prefetch by it so memory stays flat.
+    async fn set_prefetch(&mut self, _records: usize) -> Result<(), SourceError> {
+        Ok(())
+    }
+
     /// Makes acknowledged progress durable and lets go of anything unacknowledged.
     /// `drained` is true when a one-shot run consumed everything.
     async fn close(&mut self, drained: bool) -> Result<(), SourceError>;
@@ -54,5 +61,6 @@ pub trait Source: Send {
 pub async fn open(config: &Config, follow: bool) -> Result<Box<dyn Source>, SourceError> {
     match config.source.kind {
         SourceKind::File => Ok(Box::new(file::FileSource::open(config, follow).await?)),
+        SourceKind::Amqp => Ok(Box::new(amqp::AmqpSource::open(config).await?)),
     }
 }

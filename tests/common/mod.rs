@@ -82,3 +82,89 @@ pub fn sqlite_count(db: &Path, sql: &str) -> i64 {
         n
     })
 }
+
+pub fn amqp_url() -> String {
+    std::env::var("SLUICE_TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// A queue name no other test uses.
+pub fn unique(prefix: &str) -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{prefix}_{}_{nanos}", std::process::id())
+}
+
+/// Publishes `n` persistent JSON messages `{"id":"k{i}"}` with publisher confirms.
+pub fn amqp_publish(queue: &str, n: usize) {
+    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+    use lapin::types::FieldTable;
+    use lapin::{BasicProperties, Connection, ConnectionProperties};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let conn = Connection::connect(&amqp_url(), ConnectionProperties::default())
+            .await
+            .unwrap();
+        let ch = conn.create_channel().await.unwrap();
+        ch.queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        let mut confirms = Vec::with_capacity(n);
+        for i in 0..n {
+            let body = format!("{{\"id\":\"k{i}\",\"n\":{i}}}");
+            let c = ch
+                .basic_publish(
+                    "".into(),
+                    queue.into(),
+                    BasicPublishOptions::default(),
+                    body.as_bytes(),
+                    BasicProperties::default().with_delivery_mode(2),
+                )
+                .await
+                .unwrap();
+            confirms.push(c);
+        }
+        for c in confirms {
+            assert!(c.await.unwrap().is_ack());
+        }
+        conn.close(200, "done".into()).await.unwrap();
+    });
+}
+
+/// Messages ready + unacknowledged in `queue`, from rabbitmqctl.
+pub fn amqp_queue_counts(queue: &str) -> (u64, u64) {
+    let out = Command::new("rabbitmqctl")
+        .args([
+            "-q",
+            "list_queues",
+            "name",
+            "messages_ready",
+            "messages_unacknowledged",
+        ])
+        .output()
+        .expect("rabbitmqctl runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() == 3 && f[0] == queue {
+            return (f[1].parse().unwrap(), f[2].parse().unwrap());
+        }
+    }
+    panic!("queue {queue} not listed: {text}");
+}

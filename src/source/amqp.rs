@@ -1,0 +1,359 @@
+//! RabbitMQ (AMQP 0-9-1) queue. The broker's prefetch is sized from what the worker may
+//! write now, so unacknowledged messages held in memory stay bounded; messages are acked
+//! (multiple-ack over contiguous delivery tags) only after their batch is written or
+//! dead-lettered. A lost connection is re-established with backoff: whatever was not
+//! acked is redelivered by the broker and absorbed by the idempotent sink.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{FutureExt, StreamExt};
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Channel, Connection, ConnectionProperties, Consumer};
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use super::watermark::Watermark;
+use super::{Backlog, Pulled, Source, SourceError};
+use crate::config::{Config, RetryConfig};
+use crate::control::backoff::Backoff;
+use crate::record::{Position, Record};
+
+/// How long a pull waits for the first delivery when none is buffered.
+const FIRST_DELIVERY_WAIT: Duration = Duration::from_millis(50);
+/// How often an idle pull asks the broker whether the queue is empty.
+const EMPTY_CHECK_EVERY: Duration = Duration::from_millis(500);
+
+pub struct AmqpSource {
+    url: String,
+    queue: String,
+    declare: bool,
+    prefetch: u16,
+    live: Option<Live>,
+    /// Bumped on every new channel: delivery tags of an older channel are void, and acks
+    /// for them are dropped (the broker redelivers those messages).
+    epoch: i32,
+    watermark: Watermark,
+    backoff: Backoff,
+    failures: u32,
+    reconnect_at: Option<Instant>,
+    empty_checked: Option<(Instant, u32)>,
+}
+
+struct Live {
+    connection: Connection,
+    channel: Channel,
+    consumer: Consumer,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("amqp: {0}")]
+struct AmqpError(#[from] lapin::Error);
+
+impl From<AmqpError> for SourceError {
+    fn from(e: AmqpError) -> Self {
+        SourceError::Other(e.to_string())
+    }
+}
+
+impl AmqpSource {
+    /// Connects once so that a wrong URL or a missing queue is reported at start.
+    pub async fn open(config: &Config) -> Result<Self, SourceError> {
+        let url = config.source.url.clone().unwrap_or_default();
+        let queue = config.source.queue.clone().unwrap_or_default();
+        let mut source = AmqpSource {
+            url,
+            queue,
+            declare: config.source.declare,
+            prefetch: initial_prefetch(config),
+            live: None,
+            epoch: 0,
+            watermark: Watermark::new(1),
+            backoff: reconnect_backoff(&config.retry),
+            failures: 0,
+            reconnect_at: None,
+            empty_checked: None,
+        };
+        source.connect().await?;
+        Ok(source)
+    }
+
+    async fn connect(&mut self) -> Result<(), AmqpError> {
+        let connection = Connection::connect(&self.url, ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        if self.declare {
+            channel
+                .queue_declare(
+                    self.queue.as_str().into(),
+                    QueueDeclareOptions {
+                        durable: true,
+                        ..Default::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await?;
+        }
+        channel
+            .basic_qos(self.prefetch, BasicQosOptions { global: true })
+            .await?;
+        let consumer = channel
+            .basic_consume(
+                self.queue.as_str().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        self.epoch += 1;
+        self.watermark = Watermark::new(1);
+        self.live = Some(Live {
+            connection,
+            channel,
+            consumer,
+        });
+        self.failures = 0;
+        self.reconnect_at = None;
+        Ok(())
+    }
+
+    /// Forgets the broken connection; the next pull reconnects after a backoff.
+    fn lost(&mut self, why: impl std::fmt::Display) {
+        if self.live.take().is_some() {
+            tracing::warn!(
+                "amqp connection lost ({why}); reconnecting, unacked messages will be redelivered"
+            );
+        }
+        self.failures += 1;
+        let wait = self.backoff.delay(self.failures, &mut rand::rng());
+        self.reconnect_at = Some(Instant::now() + wait);
+    }
+
+    /// Reconnects if it is time; true when a live channel is there.
+    async fn ensure_live(&mut self) -> bool {
+        if self.live.is_some() {
+            return true;
+        }
+        if self.reconnect_at.is_some_and(|t| Instant::now() < t) {
+            return false;
+        }
+        match self.connect().await {
+            Ok(()) => {
+                tracing::info!(
+                    "amqp connection re-established (channel epoch {})",
+                    self.epoch
+                );
+                true
+            }
+            Err(e) => {
+                self.lost(e);
+                false
+            }
+        }
+    }
+
+    fn record(&mut self, delivery: lapin::message::Delivery) -> Record {
+        let tag = delivery.delivery_tag;
+        self.watermark.pulled(tag, tag + 1);
+        let id = match delivery.properties.message_id() {
+            Some(id) if !id.as_str().is_empty() => id.to_string(),
+            _ => format!(
+                "sha256:{}",
+                hex::encode(&Sha256::digest(&delivery.data)[..16])
+            ),
+        };
+        Record {
+            position: Position {
+                lane: self.epoch,
+                start: tag,
+                end: tag + 1,
+            },
+            origin: format!("{}/{}", self.queue, id),
+            fallback_key: id,
+            payload: delivery.data,
+            oversize: None,
+        }
+    }
+
+    /// Messages ready in the queue (not counting those delivered and unacked).
+    async fn ready(&mut self) -> Result<u32, AmqpError> {
+        let Some(live) = &self.live else {
+            return Ok(u32::MAX);
+        };
+        let q = live
+            .channel
+            .queue_declare(
+                self.queue.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        Ok(q.message_count())
+    }
+}
+
+/// Before the pipeline says otherwise: one batch per slot plus one being pulled.
+fn initial_prefetch(config: &Config) -> u16 {
+    let per_tick =
+        (config.rate.records_per_second * config.rate.tick.as_secs_f64()).ceil() as usize;
+    prefetch_for(per_tick.min(config.sink.max_batch) * (config.concurrency.max + 1))
+}
+
+fn prefetch_for(records: usize) -> u16 {
+    records.clamp(1, usize::from(u16::MAX)) as u16
+}
+
+fn reconnect_backoff(retry: &RetryConfig) -> Backoff {
+    Backoff::new(
+        retry.min_delay,
+        retry.max_delay.min(Duration::from_secs(10)),
+        retry.factor,
+    )
+}
+
+#[async_trait]
+impl Source for AmqpSource {
+    async fn pull(&mut self, max: usize) -> Result<Pulled, SourceError> {
+        if !self.ensure_live().await {
+            return Ok(Pulled::default());
+        }
+        let mut records = Vec::with_capacity(max.min(4096));
+        let mut broken = None;
+        {
+            let live = self.live.as_mut().expect("live");
+            let first = tokio::time::timeout(FIRST_DELIVERY_WAIT, live.consumer.next()).await;
+            let mut next = match first {
+                Ok(item) => Some(item),
+                Err(_) => None,
+            };
+            let mut deliveries = Vec::new();
+            while let Some(item) = next.take() {
+                match item {
+                    Some(Ok(d)) => deliveries.push(d),
+                    Some(Err(e)) => {
+                        broken = Some(e.to_string());
+                        break;
+                    }
+                    None => {
+                        broken = Some("consumer cancelled by the broker".to_string());
+                        break;
+                    }
+                }
+                if deliveries.len() >= max {
+                    break;
+                }
+                next = live.consumer.next().now_or_never();
+            }
+            for d in deliveries {
+                records.push(self.record(d));
+            }
+        }
+        if let Some(why) = broken {
+            self.lost(why);
+            return Ok(Pulled {
+                records,
+                caught_up: false,
+            });
+        }
+        let mut caught_up = false;
+        if records.is_empty() {
+            let fresh = self
+                .empty_checked
+                .is_some_and(|(at, _)| at.elapsed() < EMPTY_CHECK_EVERY);
+            let ready = match (fresh, self.empty_checked) {
+                (true, Some((_, n))) => n,
+                _ => match self.ready().await {
+                    Ok(n) => {
+                        self.empty_checked = Some((Instant::now(), n));
+                        n
+                    }
+                    Err(e) => {
+                        self.lost(e);
+                        return Ok(Pulled::default());
+                    }
+                },
+            };
+            caught_up = ready == 0;
+        }
+        Ok(Pulled { records, caught_up })
+    }
+
+    async fn ack(&mut self, positions: &[Position]) -> Result<(), SourceError> {
+        let mut upto = None;
+        for p in positions.iter().filter(|p| p.lane == self.epoch) {
+            if let Some(committed) = self.watermark.ack(p.start) {
+                upto = Some(committed);
+            }
+        }
+        let (Some(committed), Some(live)) = (upto, &self.live) else {
+            return Ok(());
+        };
+        let result = live
+            .channel
+            .basic_ack(committed - 1, BasicAckOptions { multiple: true })
+            .await;
+        if let Err(e) = result {
+            self.lost(e);
+        }
+        Ok(())
+    }
+
+    async fn backlog(&mut self) -> Result<Backlog, SourceError> {
+        match self.ready().await {
+            Ok(u32::MAX) => Ok(Backlog::Unknown),
+            Ok(n) => Ok(Backlog::Records(u64::from(n))),
+            Err(e) => {
+                self.lost(&e);
+                Ok(Backlog::Unknown)
+            }
+        }
+    }
+
+    async fn set_prefetch(&mut self, records: usize) -> Result<(), SourceError> {
+        let prefetch = prefetch_for(records);
+        if prefetch == self.prefetch {
+            return Ok(());
+        }
+        self.prefetch = prefetch;
+        if let Some(live) = &self.live
+            && let Err(e) = live
+                .channel
+                .basic_qos(prefetch, BasicQosOptions { global: true })
+                .await
+        {
+            self.lost(e);
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self, _drained: bool) -> Result<(), SourceError> {
+        let Some(live) = self.live.take() else {
+            return Ok(());
+        };
+        // Hand back what was delivered but not settled, then leave politely.
+        let tag = live.consumer.tag();
+        let _ = live
+            .channel
+            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
+            .await;
+        let _ = live
+            .channel
+            .basic_nack(
+                0,
+                BasicNackOptions {
+                    multiple: true,
+                    requeue: true,
+                },
+            )
+            .await;
+        let _ = live.channel.close(200, "sluice done".into()).await;
+        let _ = live.connection.close(200, "sluice done".into()).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,159 @@
+//! RabbitMQ source against the real broker: competing workers, crashes, broker-side
+//! connection loss, and the prefetch bound.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn config(dir: &Path, queue: &str, rate: f64) {
+    std::fs::write(
+        dir.join("sluice.toml"),
+        format!(
+            "[source]\nkind = \"amqp\"\nurl = {:?}\nqueue = {queue:?}\n\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://out.db\"\nkey = \"/id\"\nmax_batch = 500\n\n[rate]\nrecords_per_second = {rate}\ntick = \"200ms\"\n\n[retry]\nmin_delay = \"100ms\"\nmax_delay = \"2s\"\n",
+            amqp_url()
+        ),
+    )
+    .unwrap();
+}
+
+fn worker(dir: &Path, until_empty: bool) -> Child {
+    let mut args = vec!["run", "-c", "sluice.toml", "--summary", "json"];
+    if until_empty {
+        args.push("--until-empty");
+    }
+    sluice()
+        .current_dir(dir)
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(child: Child, within: Duration) -> std::process::Output {
+    let deadline = Instant::now() + within;
+    let mut child = child;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!("worker did not finish in {within:?}: {}", stderr(&out));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn rows(dir: &Path) -> i64 {
+    sqlite_count(&dir.join("out.db"), "select count(*) from records")
+}
+
+fn distinct(dir: &Path) -> i64 {
+    sqlite_count(
+        &dir.join("out.db"),
+        "select count(distinct key) from records",
+    )
+}
+
+#[test]
+fn three_competing_workers_write_every_message_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = unique("sluice_compete");
+    amqp_publish(&queue, 20_000);
+    config(dir.path(), &queue, 20_000.0);
+    let workers: Vec<Child> = (0..3).map(|_| worker(dir.path(), true)).collect();
+    let mut written = 0;
+    for w in workers {
+        let out = finish(w, Duration::from_secs(120));
+        assert!(out.status.success(), "{}", stderr(&out));
+        written += summary(&out)["written"].as_i64().unwrap();
+    }
+    assert_eq!(rows(dir.path()), 20_000);
+    assert_eq!(distinct(dir.path()), 20_000);
+    assert_eq!(written, 20_000, "no worker wrote a row another one wrote");
+    assert_eq!(amqp_queue_counts(&queue), (0, 0));
+}
+
+#[test]
+fn kill_9_mid_drain_loses_nothing_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = unique("sluice_kill");
+    amqp_publish(&queue, 20_000);
+    config(dir.path(), &queue, 5_000.0);
+    let mut victim = worker(dir.path(), true);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(dir.path().join("out.db").exists()
+        && std::panic::catch_unwind(|| rows(dir.path())).unwrap_or(0) >= 3_000)
+    {
+        assert!(Instant::now() < deadline, "no progress");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    assert!(
+        rows(dir.path()) < 20_000,
+        "killed too late to prove anything"
+    );
+    let out = finish(worker(dir.path(), true), Duration::from_secs(120));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(rows(dir.path()), 20_000);
+    assert_eq!(distinct(dir.path()), 20_000);
+    assert_eq!(amqp_queue_counts(&queue), (0, 0));
+}
+
+#[test]
+fn survives_the_broker_closing_every_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = unique("sluice_blip");
+    amqp_publish(&queue, 10_000);
+    config(dir.path(), &queue, 2_500.0);
+    let w = worker(dir.path(), true);
+    std::thread::sleep(Duration::from_millis(1_500));
+    let closed = Command::new("rabbitmqctl")
+        .args(["-q", "close_all_connections", "sluice test: broker blip"])
+        .status()
+        .unwrap();
+    assert!(closed.success());
+    let out = finish(w, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("reconnect"),
+        "the worker noticed the loss: {}",
+        stderr(&out)
+    );
+    assert_eq!(rows(dir.path()), 10_000);
+    assert_eq!(distinct(dir.path()), 10_000);
+    assert_eq!(amqp_queue_counts(&queue), (0, 0));
+}
+
+#[test]
+fn unacknowledged_messages_stay_within_the_prefetch_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = unique("sluice_prefetch");
+    amqp_publish(&queue, 3_000);
+    config(dir.path(), &queue, 100.0);
+    let mut w = worker(dir.path(), false);
+    // 100/s with a 200 ms tick: 20 per batch, 4 batches in flight + 1 being pulled.
+    let bound = 20 * (4 + 1);
+    let mut peak = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(6) {
+        let (_, unacked) = amqp_queue_counts(&queue);
+        peak = peak.max(unacked);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    w.kill().unwrap();
+    w.wait().unwrap();
+    eprintln!("peak unacknowledged: {peak} (bound {bound})");
+    assert!(peak > 0, "the worker was consuming");
+    assert!(
+        peak <= bound,
+        "{peak} unacknowledged > prefetch bound {bound}"
+    );
+}
