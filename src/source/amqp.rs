@@ -228,10 +228,7 @@ impl Source for AmqpSource {
         {
             let live = self.live.as_mut().expect("live");
             let first = tokio::time::timeout(FIRST_DELIVERY_WAIT, live.consumer.next()).await;
-            let mut next = match first {
-                Ok(item) => Some(item),
-                Err(_) => None,
-            };
+            let mut next = first.ok();
             let mut deliveries = Vec::new();
             while let Some(item) = next.take() {
                 match item {
