@@ -82,6 +82,7 @@ fn raw_insert(input: &Path, db: &Path) -> f64 {
 }
 
 /// Runs the release worker over the file; returns (records/s, peak RSS in KiB).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which also reports its peak RSS
 fn sluice(dir: &Path, n: usize) -> (f64, i64) {
     std::fs::write(
         dir.join("sluice.toml"),
