@@ -7,11 +7,15 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, ConfigError, Overrides};
+use crate::config::{Config, ConfigError, LeasesConfig, Overrides};
 use crate::control::cadence::Cadence;
 use crate::control::clock::TokioClock;
+use crate::control::lease_table::LeaseTable;
 use crate::decode::Decoder;
 use crate::delivery::Delivery;
+use crate::lease::keeper::LeaseKeeper;
+use crate::lease::postgres::PgLeaseStore;
+use crate::lease::{LeaseError, LeaseStore, member_id};
 use crate::pipeline::{Pipeline, RunOptions};
 use crate::progress::Progress;
 use crate::stats::Stats;
@@ -46,6 +50,17 @@ enum Command {
     Run(RunArgs),
     /// Validate the configuration and reach the source and the sink, then exit.
     Check(ConfigArgs),
+    /// Show the lease pool: partitions, holders, expiries and members.
+    Leases(LeasesArgs),
+}
+
+#[derive(Debug, Args)]
+struct LeasesArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +112,7 @@ pub fn main() -> ExitCode {
     let code = match cli.command {
         Command::Run(args) => runtime.block_on(run(args)),
         Command::Check(args) => runtime.block_on(check(args)),
+        Command::Leases(args) => runtime.block_on(leases(args)),
     };
     // Do not wait for stdin readers or lingering connections on the way out.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -180,9 +196,26 @@ async fn run(args: RunArgs) -> u8 {
             grace: config.shutdown.grace,
         },
     );
+    let (keeper_stop, keeper_shutdown) = shutdown::channel();
+    let keeper = match &config.leases {
+        None => None,
+        Some(l) => {
+            match lease_keeper(l, config.rate.tick, pipeline.target_rate(), stats.clone()).await {
+                Ok(k) => Some(k.spawn(keeper_shutdown)),
+                Err(e) => {
+                    eprintln!("sluice: {e}");
+                    return EXIT_RUNTIME;
+                }
+            }
+        }
+    };
     let progress = Progress::start(stats);
     let result = pipeline.run(shutdown::on_signals()).await;
     progress.finish();
+    keeper_stop.trigger();
+    if let Some(k) = keeper {
+        let _ = k.await;
+    }
     match result {
         Ok(summary) => {
             eprintln!("sluice: {summary}");
@@ -199,6 +232,89 @@ async fn run(args: RunArgs) -> u8 {
             EXIT_RUNTIME
         }
     }
+}
+
+async fn lease_store(l: &LeasesConfig) -> Result<Arc<dyn LeaseStore>, LeaseError> {
+    Ok(Arc::new(
+        PgLeaseStore::connect(&l.store, &l.pool, l.partitions, l.ttl).await?,
+    ))
+}
+
+async fn lease_keeper(
+    l: &LeasesConfig,
+    tick: std::time::Duration,
+    rate: crate::control::target_rate::TargetRate,
+    stats: Arc<Stats>,
+) -> Result<LeaseKeeper, LeaseError> {
+    let store = lease_store(l).await?;
+    let table = LeaseTable::new(l.capacity, l.partitions, l.reserved, l.ttl, l.idle_grace);
+    // A round at least twice per safety margin, minus a tick for the rate to apply.
+    let interval =
+        std::time::Duration::from_millis(500).min((l.ttl / 20).saturating_sub(tick).max(tick));
+    let member = member_id();
+    tracing::info!(pool = %l.pool, %member, "sharing {} rec/s in {} leases", l.capacity, l.partitions);
+    Ok(LeaseKeeper::new(
+        store, table, member, rate, stats, interval,
+    ))
+}
+
+async fn leases(args: LeasesArgs) -> u8 {
+    let config = match load(&args.config.config, &Overrides::default()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let Some(l) = &config.leases else {
+        eprintln!(
+            "sluice: {} has no [leases] section",
+            args.config.config.display()
+        );
+        return EXIT_CONFIG;
+    };
+    let store = match lease_store(l).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let (leases, members) = match (store.leases().await, store.members().await) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("sluice: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    if args.json {
+        let doc = serde_json::json!({
+            "pool": l.pool, "capacity": l.capacity, "partitions": l.partitions,
+            "leases": leases, "members": members,
+        });
+        println!("{doc}");
+        return 0;
+    }
+    let per = l.capacity / f64::from(l.partitions);
+    println!(
+        "pool {}: {} rec/s in {} partitions of {per:.1} rec/s",
+        l.pool, l.capacity, l.partitions
+    );
+    println!("{:>9}  {:<40} {:>12}", "partition", "holder", "expires in");
+    for p in 0..l.partitions {
+        match leases
+            .iter()
+            .find(|r| r.partition == p && r.expires_in_s > 0.0)
+        {
+            Some(r) => println!("{p:>9}  {:<40} {:>11.1}s", r.holder, r.expires_in_s),
+            None => println!("{p:>9}  {:<40} {:>12}", "(free)", "-"),
+        }
+    }
+    println!("members:");
+    for m in &members {
+        println!(
+            "  {:<40} holds {:>3}  wants more: {:<5}  seen {:.1}s ago",
+            m.member, m.held, m.wants_more, m.last_seen_s
+        );
+    }
+    0
 }
 
 async fn check(args: ConfigArgs) -> u8 {

@@ -42,6 +42,37 @@ pub struct Config {
     pub concurrency: ConcurrencyConfig,
     #[serde(default)]
     pub shutdown: ShutdownConfig,
+    /// Share one sink's capacity among workers; without it the rate is static.
+    pub leases: Option<LeasesConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeasesConfig {
+    /// Where leases live: a `postgres://` URL.
+    pub store: String,
+    /// The shared capacity's name; workers with the same pool share it.
+    pub pool: String,
+    /// Records per second the sink takes in total.
+    pub capacity: f64,
+    /// The capacity is cut into this many equal leases.
+    pub partitions: u32,
+    #[serde(with = "humantime_serde", default = "default_lease_ttl")]
+    pub ttl: Duration,
+    /// Records per second this worker may use without a lease.
+    #[serde(default)]
+    pub reserved: f64,
+    /// Leases are given back after this long without demand.
+    #[serde(with = "humantime_serde", default = "default_idle_grace")]
+    pub idle_grace: Duration,
+}
+
+fn default_lease_ttl() -> Duration {
+    Duration::from_secs(15)
+}
+
+fn default_idle_grace() -> Duration {
+    Duration::from_secs(5)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

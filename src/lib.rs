@@ -7,6 +7,7 @@ pub mod config;
 pub mod control;
 pub mod decode;
 pub mod delivery;
+pub mod lease;
 pub mod pipeline;
 pub mod progress;
 pub mod record;

@@ -140,6 +140,7 @@ impl Pipeline {
                     }
                 };
                 caught_up = pulled.caught_up;
+                self.stats.source_caught_up.store(caught_up, Relaxed);
                 let n = pulled.records.len() as u64;
                 if n > 0 {
                     pulled_total += n;
@@ -219,7 +220,7 @@ impl Pipeline {
 
     /// Records the pipeline may hold at once: a batch per slot plus the one being pulled.
     fn prefetch(&self) -> usize {
-        let batch = (self.cadence.quantum() as usize).min(self.options.max_batch);
+        let batch = (self.cadence.quantum() as usize).clamp(1, self.options.max_batch);
         batch * (self.options.max_in_flight + 1)
     }
 

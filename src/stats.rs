@@ -20,6 +20,8 @@ pub struct Stats {
     pub source_done: AtomicU64,
     pub source_total: AtomicU64,
     pub source_in_bytes: AtomicBool,
+    /// The last pull found nothing more to read.
+    pub source_caught_up: AtomicBool,
 }
 
 impl Stats {
@@ -41,6 +43,17 @@ impl Stats {
                 self.source_total.store(done + left, Relaxed);
             }
             Backlog::Unknown => self.source_total.store(0, Relaxed),
+        }
+    }
+
+    /// Whether the source has records waiting, as far as anyone can tell: its backlog
+    /// when it reports one, else "the last pull did not catch up".
+    pub fn has_backlog(&self) -> bool {
+        let total = self.source_total.load(Relaxed);
+        if total > 0 {
+            total > self.source_done.load(Relaxed)
+        } else {
+            !self.source_caught_up.load(Relaxed)
         }
     }
 

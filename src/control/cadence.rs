@@ -18,7 +18,8 @@ type Bucket<C> = RateLimiter<NotKeyed, InMemoryState, C, StateInformationMiddlew
 /// Records-per-tick allowance. Unused allowance is kept only up to one tick's worth
 /// (the bucket's burst), so an idle spell never turns into a burst.
 pub struct Cadence<C: Clock<Instant = Nanos> + Clone = TokioClock> {
-    bucket: Bucket<C>,
+    /// None at rate 0: a worker that holds no capacity hands out nothing.
+    bucket: Option<Bucket<C>>,
     clock: C,
     rate: f64,
     tick: Duration,
@@ -42,8 +43,11 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
     /// The bucket holds one token more than a tick hands out: timer lateness then carries
     /// over to the next tick instead of being lost, while the pipeline still asks for at
     /// most `quantum` per tick, so no window exceeds it.
-    fn empty_bucket(rate: f64, tick: Duration, clock: &C) -> (Bucket<C>, u32) {
-        assert!(rate.is_finite() && rate > 0.0, "rate must be positive");
+    fn empty_bucket(rate: f64, tick: Duration, clock: &C) -> (Option<Bucket<C>>, u32) {
+        assert!(rate.is_finite() && rate >= 0.0, "rate must not be negative");
+        if rate == 0.0 {
+            return (None, 0);
+        }
         let per_tick = rate * tick.as_secs_f64();
         let quantum = (per_tick - 1e-9).ceil().clamp(1.0, f64::from(u32::MAX - 1)) as u32;
         let period = Duration::from_secs_f64(1.0 / rate).max(Duration::from_nanos(1));
@@ -54,7 +58,7 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
         let bucket = RateLimiter::direct_with_clock(quota, clock.clone())
             .with_middleware::<StateInformationMiddleware>();
         let _ = bucket.check_n(burst);
-        (bucket, quantum)
+        (Some(bucket), quantum)
     }
 
     /// Most records one tick may hand out at the current rate.
@@ -75,13 +79,16 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
         if want == 0 {
             return 0;
         }
-        let Ok(first) = self.bucket.check() else {
+        let Some(bucket) = &self.bucket else {
+            return 0;
+        };
+        let Ok(first) = bucket.check() else {
             return 0;
         };
         let extra = (want - 1).min(first.remaining_burst_capacity());
         match NonZeroU32::new(extra) {
             None => 1,
-            Some(n) => match self.bucket.check_n(n) {
+            Some(n) => match bucket.check_n(n) {
                 Ok(Ok(_)) => 1 + extra,
                 _ => 1,
             },
@@ -91,7 +98,7 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
     /// Changes the rate. The new bucket starts empty at this instant: called right after a
     /// tick's `take`, the next tick gets exactly one new quantum, never a burst.
     pub fn set_rate(&mut self, rate: f64) {
-        if (rate - self.rate).abs() <= f64::EPSILON * self.rate {
+        if rate == self.rate {
             return;
         }
         let (bucket, quantum) = Self::empty_bucket(rate, self.tick, &self.clock);
@@ -161,6 +168,11 @@ mod tests {
         assert_eq!(drain_windows(&c, &clock, 5), vec![80; 5]);
         c.set_rate(50.0);
         assert_eq!(drain_windows(&c, &clock, 5), vec![10; 5]);
+        c.set_rate(0.0);
+        assert_eq!(c.quantum(), 0);
+        assert_eq!(drain_windows(&c, &clock, 5), vec![0; 5]);
+        c.set_rate(100.0);
+        assert_eq!(drain_windows(&c, &clock, 5), vec![20; 5]);
     }
 
     #[test]

@@ -3,4 +3,5 @@
 pub mod backoff;
 pub mod cadence;
 pub mod clock;
+pub mod lease_table;
 pub mod target_rate;

@@ -17,9 +17,9 @@ impl TargetRate {
         f64::from_bits(self.0.load(Relaxed))
     }
 
-    /// Ignores anything but a positive, finite rate.
+    /// Ignores anything but a finite rate ≥ 0 (0: hold everything).
     pub fn set(&self, rate: f64) {
-        if rate.is_finite() && rate > 0.0 {
+        if rate.is_finite() && rate >= 0.0 {
             self.0.store(rate.to_bits(), Relaxed);
         }
     }

@@ -168,3 +168,68 @@ pub fn amqp_queue_counts(queue: &str) -> (u64, u64) {
     }
     panic!("queue {queue} not listed: {text}");
 }
+
+pub fn pg_url() -> String {
+    std::env::var("SLUICE_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/sluice_test".into())
+}
+
+/// A TCP relay to a real server that a test can cut (existing connections dropped, new
+/// ones refused) and restore — an outage of that server for this test alone.
+pub struct CuttableRelay {
+    pub port: u16,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    _rt: tokio::runtime::Runtime,
+}
+
+impl CuttableRelay {
+    pub fn start(target: &str) -> CuttableRelay {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let up = std::sync::Arc::new(AtomicBool::new(true));
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = target.to_string();
+        let up_accept = up.clone();
+        rt.spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                if !up_accept.load(Ordering::SeqCst) {
+                    continue; // dropped: the client sees the connection closed at once
+                }
+                let target = target.clone();
+                let up_conn = up_accept.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    let relay = tokio::io::copy_bidirectional(&mut inbound, &mut outbound);
+                    let cut = async {
+                        while up_conn.load(Ordering::SeqCst) {
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                    };
+                    tokio::select! { _ = relay => {}, _ = cut => {} }
+                });
+            }
+        });
+        CuttableRelay { port, up, _rt: rt }
+    }
+
+    /// Drops every live connection and refuses new ones.
+    pub fn cut(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn restore(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
