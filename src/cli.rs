@@ -51,11 +51,13 @@ enum Command {
     /// Validate the configuration and reach the source and the sink, then exit.
     Check(ConfigArgs),
     /// Show the lease pool: partitions, holders, expiries and members.
-    Leases(LeasesArgs),
+    Leases(ReportArgs),
+    /// Show the backlog, the rate this worker may use, and how long the drain will take.
+    Plan(ReportArgs),
 }
 
 #[derive(Debug, Args)]
-struct LeasesArgs {
+struct ReportArgs {
     #[command(flatten)]
     config: ConfigArgs,
     /// Print JSON instead of a table.
@@ -113,6 +115,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => runtime.block_on(run(args)),
         Command::Check(args) => runtime.block_on(check(args)),
         Command::Leases(args) => runtime.block_on(leases(args)),
+        Command::Plan(args) => runtime.block_on(plan(args)),
     };
     // Do not wait for stdin readers or lingering connections on the way out.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -258,7 +261,7 @@ async fn lease_keeper(
     ))
 }
 
-async fn leases(args: LeasesArgs) -> u8 {
+async fn leases(args: ReportArgs) -> u8 {
     let config = match load(&args.config.config, &Overrides::default()) {
         Ok(c) => c,
         Err(code) => return code,
@@ -313,6 +316,46 @@ async fn leases(args: LeasesArgs) -> u8 {
             "  {:<40} holds {:>3}  wants more: {:<5}  seen {:.1}s ago",
             m.member, m.held, m.wants_more, m.last_seen_s
         );
+    }
+    0
+}
+
+async fn plan(args: ReportArgs) -> u8 {
+    let config = match load(&args.config.config, &Overrides::default()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let mut source = match source::open(&config, false).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluice: cannot open the source: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let backlog = source.count_backlog().await;
+    let _ = source.close(false).await;
+    let backlog = match backlog {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("sluice: cannot read the backlog: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let mut plan = crate::plan::Plan::new(&config, backlog);
+    if let Some(l) = &config.leases {
+        let pooled = match lease_store(l).await {
+            Ok(store) => plan.clone().with_pool(&config, store.as_ref()).await,
+            Err(e) => Err(e),
+        };
+        match pooled {
+            Ok(p) => plan = p,
+            Err(e) => eprintln!("sluice: lease pool unknown: {e}"),
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&plan).expect("plan serializes"));
+    } else {
+        println!("{plan}");
     }
     0
 }

@@ -9,6 +9,7 @@ pub mod decode;
 pub mod delivery;
 pub mod lease;
 pub mod pipeline;
+pub mod plan;
 pub mod progress;
 pub mod record;
 pub mod shutdown;

@@ -310,3 +310,19 @@ fn follows_a_growing_file() {
 }
 
 use std::process::Command;
+
+#[test]
+fn plan_counts_the_backlog_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 12_345, &[17]);
+    write_config(dir.path(), "in.ndjson", 800.0, "");
+    let out = run_in(dir.path(), &["plan", "-c", "sluice.toml"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "12,345 records queued; at 800 rec/s about 15 s"
+    );
+    let out = run_in(dir.path(), &["plan", "-c", "sluice.toml", "--json"]);
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["backlog"], 12_345);
+}

@@ -329,6 +329,34 @@ impl Source for FileSource {
         })
     }
 
+    async fn count_backlog(&mut self) -> Result<Option<u64>, SourceError> {
+        let Some(path) = &self.path else {
+            return Ok(None);
+        };
+        let mut file = tokio::fs::File::open(path).await?;
+        file.seek(std::io::SeekFrom::Start(self.offset)).await?;
+        let mut reader = BufReader::with_capacity(1 << 20, file);
+        let (mut lines, mut blank) = (0u64, true);
+        loop {
+            let buf = reader.fill_buf().await?;
+            if buf.is_empty() {
+                break;
+            }
+            for &b in buf {
+                if b == b'\n' {
+                    lines += u64::from(!blank);
+                    blank = true;
+                } else if !b.is_ascii_whitespace() {
+                    blank = false;
+                }
+            }
+            let n = buf.len();
+            reader.consume(n);
+        }
+        // A last line without a newline is a record too.
+        Ok(Some(lines + u64::from(!blank)))
+    }
+
     async fn close(&mut self, drained: bool) -> Result<(), SourceError> {
         let Some(cp) = &self.checkpoint else {
             return Ok(());

@@ -45,6 +45,15 @@ pub trait Source: Send {
 
     async fn backlog(&mut self) -> Result<Backlog, SourceError>;
 
+    /// Records waiting, counted exactly even where that costs a scan (for `sluice plan`);
+    /// None when the source cannot tell.
+    async fn count_backlog(&mut self) -> Result<Option<u64>, SourceError> {
+        Ok(match self.backlog().await? {
+            Backlog::Records(n) => Some(n),
+            _ => None,
+        })
+    }
+
     /// The most records the pipeline may hold unacknowledged at the current rate; a queue
     /// source bounds its broker-side prefetch by it so memory stays flat.
     async fn set_prefetch(&mut self, _records: usize) -> Result<(), SourceError> {

@@ -1,0 +1,171 @@
+//! `sluice plan`: how much is queued, what rate this worker (and the pool) may use, and how
+//! long the drain will take at that rate.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::lease::LeaseStore;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Plan {
+    /// Records waiting in the source, None if it cannot tell.
+    pub backlog: Option<u64>,
+    /// Records per second this worker may use now.
+    pub worker_rate: f64,
+    /// With leases: the pool's capacity and how much of it is held right now.
+    pub pool_capacity: Option<f64>,
+    pub pool_held_rate: Option<f64>,
+    pub pool_members: Option<u32>,
+    /// Seconds to drain the backlog at the rate that applies (the pool's with leases).
+    pub eta_s: Option<f64>,
+}
+
+impl Plan {
+    /// The rate that drains the backlog: the pool's when workers share one, else ours.
+    fn drain_rate(&self) -> f64 {
+        self.pool_capacity.unwrap_or(self.worker_rate)
+    }
+
+    pub fn new(config: &Config, backlog: Option<u64>) -> Plan {
+        let worker_rate = match &config.leases {
+            Some(l) => l.reserved,
+            None => config.rate.records_per_second,
+        };
+        let mut plan = Plan {
+            backlog,
+            worker_rate,
+            pool_capacity: config.leases.as_ref().map(|l| l.capacity),
+            pool_held_rate: None,
+            pool_members: None,
+            eta_s: None,
+        };
+        plan.eta_s = plan.eta();
+        plan
+    }
+
+    /// Adds what the lease store says: a new worker would get the free partitions now.
+    pub async fn with_pool(
+        mut self,
+        config: &Config,
+        store: &dyn LeaseStore,
+    ) -> Result<Plan, crate::lease::LeaseError> {
+        let Some(l) = &config.leases else {
+            return Ok(self);
+        };
+        let per = l.capacity / f64::from(l.partitions);
+        let held = store
+            .leases()
+            .await?
+            .iter()
+            .filter(|r| r.expires_in_s > 0.0)
+            .count() as f64;
+        let members = store
+            .members()
+            .await?
+            .iter()
+            .filter(|m| m.last_seen_s < l.ttl.as_secs_f64())
+            .count();
+        self.pool_held_rate = Some(held * per);
+        self.pool_members = Some(members as u32);
+        self.worker_rate = (f64::from(l.partitions) - held) * per + l.reserved;
+        self.eta_s = self.eta();
+        Ok(self)
+    }
+
+    fn eta(&self) -> Option<f64> {
+        let rate = self.drain_rate();
+        self.backlog.filter(|_| rate > 0.0).map(|b| b as f64 / rate)
+    }
+}
+
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.backlog {
+            Some(b) => write!(f, "{} records queued", thousands(b))?,
+            None => write!(f, "backlog unknown")?,
+        }
+        match (self.eta_s, self.pool_capacity) {
+            (Some(eta), Some(cap)) => write!(
+                f,
+                "; at the pool's {} rec/s about {}",
+                thousands(cap.round() as u64),
+                human(Duration::from_secs_f64(eta))
+            )?,
+            (Some(eta), None) => write!(
+                f,
+                "; at {} rec/s about {}",
+                thousands(self.worker_rate.round() as u64),
+                human(Duration::from_secs_f64(eta))
+            )?,
+            (None, _) => {}
+        }
+        if let (Some(cap), Some(held), Some(members)) =
+            (self.pool_capacity, self.pool_held_rate, self.pool_members)
+        {
+            write!(
+                f,
+                "\npool: {} of {} rec/s held by {members} active workers; a new worker would get {} rec/s now",
+                thousands(held.round() as u64),
+                thousands(cap.round() as u64),
+                thousands(self.worker_rate.round() as u64)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// 1234567 → "1,234,567".
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// "25 min 43 s", "2 h 5 min", "12 s".
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs_f64().round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_like_people_read() {
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(human(Duration::from_secs(1543)), "25 min 43 s");
+        assert_eq!(human(Duration::from_secs(7500)), "2 h 5 min");
+        assert_eq!(human(Duration::from_secs(12)), "12 s");
+    }
+
+    #[test]
+    fn eta_is_backlog_over_rate() {
+        let plan = Plan {
+            backlog: Some(1_234_567),
+            worker_rate: 800.0,
+            pool_capacity: None,
+            pool_held_rate: None,
+            pool_members: None,
+            eta_s: Some(1_234_567.0 / 800.0),
+        };
+        assert_eq!(
+            plan.to_string(),
+            "1,234,567 records queued; at 800 rec/s about 25 min 43 s"
+        );
+    }
+}
