@@ -4,4 +4,5 @@ pub mod backoff;
 pub mod cadence;
 pub mod clock;
 pub mod lease_table;
+pub mod limit;
 pub mod target_rate;

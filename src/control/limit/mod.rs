@@ -1,0 +1,139 @@
+//! Concurrency limits: how many batches may be in flight, following the sink's latency
+//! rather than a fixed number. Each algorithm is a pure state machine fed one sample per
+//! finished write; the pipeline admits a write only while in-flight < limit.
+
+pub mod aimd;
+pub mod fixed;
+pub mod gradient2;
+pub mod vegas;
+
+use std::time::Duration;
+
+/// One finished write, as a limit sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// How long the write took.
+    pub rtt: Duration,
+    /// Writes in flight when it started (itself included).
+    pub inflight: usize,
+    /// The sink pushed back (throttled, timed out): a congestion signal.
+    pub dropped: bool,
+}
+
+pub trait ConcurrencyLimit: Send {
+    /// Writes allowed in flight now.
+    fn limit(&self) -> usize;
+
+    fn on_sample(&mut self, sample: Sample);
+}
+
+/// Each algorithm against a simulated sink whose latency is flat up to a knee of
+/// concurrent requests and grows exponentially past it (the exponential-backoff seed's
+/// test server): it must settle near the knee, not swing between min and max.
+#[cfg(test)]
+mod scenarios {
+    use super::*;
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    const BASE_MS: f64 = 50.0;
+    const KNEE: usize = 8;
+
+    /// base up to the knee, then doubling every 2 more.
+    fn latency(concurrency: usize) -> Duration {
+        let over = concurrency.saturating_sub(KNEE) as f64;
+        Duration::from_secs_f64(BASE_MS / 1000.0 * 2f64.powf(over / 2.0))
+    }
+
+    /// A closed loop with endless work for `secs` simulated seconds, stepped by 1 ms.
+    /// The sink shares itself among what is in flight: each request advances at
+    /// 1 / latency(current concurrency) per second, so everyone slows down when the
+    /// concurrency passes the knee. Returns the limit after every sample and the
+    /// (finish time, rtt) of every request.
+    fn run(limit: &mut dyn ConcurrencyLimit, secs: f64) -> (Vec<usize>, Vec<(f64, f64)>) {
+        const DT: f64 = 0.001;
+        // (progress 0..1, started at, inflight at start)
+        let mut in_flight: Vec<(f64, f64, usize)> = Vec::new();
+        let mut limits = Vec::new();
+        let mut done = Vec::new();
+        let mut now = 0.0;
+        while now < secs {
+            while in_flight.len() < limit.limit() {
+                in_flight.push((0.0, now, in_flight.len() + 1));
+            }
+            let speed = DT / latency(in_flight.len()).as_secs_f64();
+            now += DT;
+            let mut i = 0;
+            while i < in_flight.len() {
+                in_flight[i].0 += speed;
+                if in_flight[i].0 >= 1.0 {
+                    let (_, started, inflight) = in_flight.swap_remove(i);
+                    let rtt = now - started;
+                    limit.on_sample(Sample {
+                        rtt: Duration::from_secs_f64(rtt),
+                        inflight,
+                        dropped: false,
+                    });
+                    limits.push(limit.limit());
+                    done.push((now, rtt));
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        (limits, done)
+    }
+
+    /// Judged on the second half: the 10th..90th percentile band of the limit (a Vegas
+    /// probe dips to the minimum on purpose, for one round), and the p95 latency.
+    fn settles_near_the_knee(name: &str, limit: &mut dyn ConcurrencyLimit, min: usize, max: usize) {
+        let (limits, done) = run(limit, 120.0);
+        let mut tail = limits[limits.len() / 2..].to_vec();
+        tail.sort_unstable();
+        let (lo, hi) = (tail[tail.len() / 10], tail[tail.len() * 9 / 10]);
+        let late: Vec<&(f64, f64)> = done.iter().filter(|(t, _)| *t >= 60.0).collect();
+        let throughput = late.len() as f64 / 60.0;
+        let knee_throughput = KNEE as f64 / (BASE_MS / 1000.0);
+        let mut rtts: Vec<f64> = late.iter().map(|(_, r)| *r).collect();
+        rtts.sort_by(f64::total_cmp);
+        let p95 = rtts[rtts.len() * 95 / 100] * 1000.0;
+        eprintln!(
+            "{name}: limit p10..p90 {lo}..{hi} in the second half, {throughput:.0} req/s (knee {knee_throughput:.0}), p95 {p95:.0} ms"
+        );
+        assert!(
+            lo > min && hi < max,
+            "{name} swings between min and max: {lo}..{hi}"
+        );
+        assert!(
+            lo >= KNEE / 2 && hi <= KNEE * 2,
+            "{name} settles near the knee of {KNEE}: {lo}..{hi}"
+        );
+        assert!(hi - lo <= KNEE / 2, "{name} oscillates: {lo}..{hi}");
+        assert!(
+            p95 < 1000.0,
+            "{name} keeps latency bounded: p95 {p95:.0} ms"
+        );
+        assert!(
+            throughput >= knee_throughput / 4.0,
+            "{name} keeps the sink busy: {throughput:.0} req/s"
+        );
+    }
+
+    #[test]
+    fn aimd_settles_near_the_knee() {
+        let mut l = aimd::AimdLimit::new(1, 1, 64, 1.0, 0.9, Duration::from_millis(75), 0.95, 10);
+        settles_near_the_knee("aimd", &mut l, 1, 64);
+    }
+
+    #[test]
+    fn vegas_settles_near_the_knee() {
+        let mut l = vegas::VegasLimit::new(1, 1, 64, 0.3, 3);
+        settles_near_the_knee("vegas", &mut l, 1, 64);
+    }
+
+    #[test]
+    fn gradient2_settles_near_the_knee() {
+        let mut l = gradient2::Gradient2Limit::new(1, 1, 64, 0.2, 1.5, 1.0);
+        settles_near_the_knee("gradient2", &mut l, 1, 64);
+    }
+}
