@@ -33,8 +33,6 @@ pub trait ConcurrencyLimit: Send {
 #[cfg(test)]
 mod scenarios {
     use super::*;
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
 
     const BASE_MS: f64 = 50.0;
     const KNEE: usize = 8;
