@@ -1,6 +1,7 @@
 //! Control logic: deterministic state machines that take the time from an injected clock.
 
 pub mod backoff;
+pub mod balance;
 pub mod cadence;
 pub mod clock;
 pub mod lease_table;
