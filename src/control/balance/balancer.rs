@@ -56,6 +56,7 @@ pub struct Balancer {
 
 impl Balancer {
     /// `zones[i]` is endpoint i's zone; `initial` the latency assumed before any answer.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         strategy: Strategy,
         zone: Option<String>,
