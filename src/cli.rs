@@ -21,6 +21,13 @@ use crate::progress::Progress;
 use crate::stats::Stats;
 use crate::{shutdown, sink, source};
 
+/// A line for the person at the terminal, with credentials redacted.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        eprintln!("{}", crate::redact::redact(&format!($($arg)*)))
+    };
+}
+
 const EXIT_RUNTIME: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
 
@@ -107,7 +114,7 @@ pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("sluice: cannot start the runtime: {e}");
+            say!("sluice: cannot start the runtime: {e}");
             return ExitCode::from(EXIT_RUNTIME);
         }
     };
@@ -128,7 +135,7 @@ fn init_logging(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(|| crate::redact::RedactingStderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -137,7 +144,7 @@ fn init_logging(format: LogFormat) {
 
 fn load(path: &std::path::Path, overrides: &Overrides) -> Result<Config, u8> {
     Config::load(path, overrides).map_err(|e: ConfigError| {
-        eprintln!("sluice: bad configuration ({}): {e}", path.display());
+        say!("sluice: bad configuration ({}): {e}", path.display());
         EXIT_CONFIG
     })
 }
@@ -153,20 +160,20 @@ async fn run(args: RunArgs) -> u8 {
         Err(code) => return code,
     };
     if args.max_records == Some(0) {
-        eprintln!("sluice: --max-records must be at least 1");
+        say!("sluice: --max-records must be at least 1");
         return EXIT_CONFIG;
     }
     let source = match source::open(&config, !args.until_empty).await {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sluice: cannot open the source: {e}");
+            say!("sluice: cannot open the source: {e}");
             return EXIT_RUNTIME;
         }
     };
     let sink = match sink::open(&config).await {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sluice: {e}");
+            say!("sluice: {e}");
             return EXIT_RUNTIME;
         }
     };
@@ -206,7 +213,22 @@ async fn run(args: RunArgs) -> u8 {
             match lease_keeper(l, config.rate.tick, pipeline.target_rate(), stats.clone()).await {
                 Ok(k) => Some(k.spawn(keeper_shutdown)),
                 Err(e) => {
-                    eprintln!("sluice: {e}");
+                    say!("sluice: {e}");
+                    return EXIT_RUNTIME;
+                }
+            }
+        }
+    };
+    let telemetry = match config.telemetry.listen {
+        None => None,
+        Some(listen) => {
+            match crate::telemetry::server::serve(listen, stats.clone(), pipeline.sink()).await {
+                Ok((addr, task)) => {
+                    tracing::info!("serving /metrics /healthz /readyz on http://{addr}");
+                    Some(task)
+                }
+                Err(e) => {
+                    say!("sluice: cannot listen on {listen} (telemetry.listen): {e}");
                     return EXIT_RUNTIME;
                 }
             }
@@ -215,13 +237,16 @@ async fn run(args: RunArgs) -> u8 {
     let progress = Progress::start(stats);
     let result = pipeline.run(shutdown::on_signals()).await;
     progress.finish();
+    if let Some(t) = telemetry {
+        t.abort();
+    }
     keeper_stop.trigger();
     if let Some(k) = keeper {
         let _ = k.await;
     }
     match result {
         Ok(summary) => {
-            eprintln!("sluice: {summary}");
+            say!("sluice: {summary}");
             if let Some(SummaryFormat::Json) = args.summary {
                 println!(
                     "{}",
@@ -231,7 +256,7 @@ async fn run(args: RunArgs) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("sluice: {e}");
+            say!("sluice: {e}");
             EXIT_RUNTIME
         }
     }
@@ -267,7 +292,7 @@ async fn leases(args: ReportArgs) -> u8 {
         Err(code) => return code,
     };
     let Some(l) = &config.leases else {
-        eprintln!(
+        say!(
             "sluice: {} has no [leases] section",
             args.config.config.display()
         );
@@ -276,14 +301,14 @@ async fn leases(args: ReportArgs) -> u8 {
     let store = match lease_store(l).await {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sluice: {e}");
+            say!("sluice: {e}");
             return EXIT_RUNTIME;
         }
     };
     let (leases, members) = match (store.leases().await, store.members().await) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {
-            eprintln!("sluice: {e}");
+            say!("sluice: {e}");
             return EXIT_RUNTIME;
         }
     };
@@ -328,7 +353,7 @@ async fn plan(args: ReportArgs) -> u8 {
     let mut source = match source::open(&config, false).await {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("sluice: cannot open the source: {e}");
+            say!("sluice: cannot open the source: {e}");
             return EXIT_RUNTIME;
         }
     };
@@ -337,7 +362,7 @@ async fn plan(args: ReportArgs) -> u8 {
     let backlog = match backlog {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("sluice: cannot read the backlog: {e}");
+            say!("sluice: cannot read the backlog: {e}");
             return EXIT_RUNTIME;
         }
     };
@@ -349,7 +374,7 @@ async fn plan(args: ReportArgs) -> u8 {
         };
         match pooled {
             Ok(p) => plan = p,
-            Err(e) => eprintln!("sluice: lease pool unknown: {e}"),
+            Err(e) => say!("sluice: lease pool unknown: {e}"),
         }
     }
     if args.json {
@@ -366,14 +391,14 @@ async fn check(args: ConfigArgs) -> u8 {
         Err(code) => return code,
     };
     if let Err(e) = source::open(&config, false).await {
-        eprintln!("sluice: source: {e}");
+        say!("sluice: source: {e}");
         return EXIT_RUNTIME;
     }
     if let Err(e) = sink::open(&config).await {
-        eprintln!("sluice: {e}");
+        say!("sluice: {e}");
         return EXIT_RUNTIME;
     }
-    eprintln!(
+    say!(
         "sluice: configuration {} is valid; source and sink are reachable",
         args.config.display()
     );

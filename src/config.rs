@@ -44,6 +44,15 @@ pub struct Config {
     pub shutdown: ShutdownConfig,
     /// Share one sink's capacity among workers; without it the rate is static.
     pub leases: Option<LeasesConfig>,
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Serve /metrics, /healthz and /readyz here, e.g. "127.0.0.1:9898"; off when absent.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

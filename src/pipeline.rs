@@ -114,6 +114,11 @@ impl Pipeline {
         let mut pulled_total: u64 = 0;
         let mut backlog_at = Instant::now();
         self.source.set_prefetch(self.prefetch()).await?;
+        self.stats.source_up.store(self.source.is_up(), Relaxed);
+        self.stats.set_rate_limit(self.cadence.rate());
+        self.stats
+            .concurrency_limit
+            .store(self.options.max_in_flight as u64, Relaxed);
 
         loop {
             let stopping = stop_deadline.is_some() || failure.is_some();
@@ -141,6 +146,7 @@ impl Pipeline {
                 };
                 caught_up = pulled.caught_up;
                 self.stats.source_caught_up.store(caught_up, Relaxed);
+                self.stats.source_up.store(self.source.is_up(), Relaxed);
                 let n = pulled.records.len() as u64;
                 if n > 0 {
                     pulled_total += n;
@@ -157,6 +163,7 @@ impl Pipeline {
             // Right after this tick's take, so the next tick gets exactly one new quantum.
             let quantum = self.cadence.quantum();
             self.cadence.set_rate(self.target_rate.get());
+            self.stats.set_rate_limit(self.cadence.rate());
             if self.cadence.quantum() != quantum
                 && let Err(e) = self.source.set_prefetch(self.prefetch()).await
             {
@@ -184,6 +191,7 @@ impl Pipeline {
             tokio::select! {
                 _ = ticker.tick(), if !stopping => {
                     allowance = u64::from(self.cadence.quantum());
+                    self.stats.source_up.store(self.source.is_up(), Relaxed);
                     if backlog_at.elapsed() >= Duration::from_secs(1) {
                         backlog_at = Instant::now();
                         self.report_backlog().await;
@@ -205,6 +213,7 @@ impl Pipeline {
                 }
                 _ = shutdown.requested(), if stop_deadline.is_none() => {
                     stop_deadline = Some(Instant::now() + self.options.grace);
+                    self.stats.stopping.store(true, Relaxed);
                 }
                 _ = grace_over => {
                     let left = in_flight.len();

@@ -22,6 +22,14 @@ pub struct Stats {
     pub source_in_bytes: AtomicBool,
     /// The last pull found nothing more to read.
     pub source_caught_up: AtomicBool,
+    /// The source is connected (a queue) or readable (a file).
+    pub source_up: AtomicBool,
+    /// Shutdown was requested: no more pulls.
+    pub stopping: AtomicBool,
+    /// The cadence's current rate, records/s (f64 bits).
+    pub rate_limit: AtomicU64,
+    pub concurrency_limit: AtomicU64,
+    pub leases_held: AtomicU64,
 }
 
 impl Stats {
@@ -44,6 +52,14 @@ impl Stats {
             }
             Backlog::Unknown => self.source_total.store(0, Relaxed),
         }
+    }
+
+    pub fn set_rate_limit(&self, rate: f64) {
+        self.rate_limit.store(rate.to_bits(), Relaxed);
+    }
+
+    pub fn rate_limit(&self) -> f64 {
+        f64::from_bits(self.rate_limit.load(Relaxed))
     }
 
     /// Whether the source has records waiting, as far as anyone can tell: its backlog

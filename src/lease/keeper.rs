@@ -128,6 +128,9 @@ impl LeaseKeeper {
             }
             self.table.expire(Instant::now());
             self.rate.set(self.table.rate(Instant::now()));
+            self.stats
+                .leases_held
+                .store(self.table.held(Instant::now()).len() as u64, Relaxed);
         }
         self.rate.set(0.0);
         if let Err(e) = self.store.leave(&self.member).await {

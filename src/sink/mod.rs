@@ -44,6 +44,11 @@ pub trait Sink: Send + Sync {
     /// Writes `rows` in one transaction (or one request): all or nothing.
     async fn write(&self, rows: &[Row]) -> WriteOutcome;
 
+    /// Checks that the sink answers (for readiness): a trivial query, a HEAD request.
+    async fn probe(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Stores records that will never be written, with their reasons. Storing the same
     /// letter twice (a redelivered bad record) keeps one.
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome;

@@ -149,6 +149,14 @@ impl Sink for SqliteSink {
         }
     }
 
+    async fn probe(&self) -> Result<(), String> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
         match self.insert_dead_letters(letters).await {
             Ok(()) => WriteOutcome::Written {

@@ -312,6 +312,10 @@ impl Source for AmqpSource {
         }
     }
 
+    fn is_up(&self) -> bool {
+        self.live.is_some()
+    }
+
     async fn set_prefetch(&mut self, records: usize) -> Result<(), SourceError> {
         let prefetch = prefetch_for(records);
         if prefetch == self.prefetch {

@@ -54,6 +54,11 @@ pub trait Source: Send {
         })
     }
 
+    /// Whether the source can deliver now (a queue source: connected).
+    fn is_up(&self) -> bool {
+        true
+    }
+
     /// The most records the pipeline may hold unacknowledged at the current rate; a queue
     /// source bounds its broker-side prefetch by it so memory stays flat.
     async fn set_prefetch(&mut self, _records: usize) -> Result<(), SourceError> {

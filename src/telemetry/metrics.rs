@@ -1,0 +1,99 @@
+//! Prometheus metrics. Counters that the run already keeps in `Stats` are published from
+//! there at scrape time (so `/metrics` and the summary can never disagree); latencies and
+//! per-outcome request counts are recorded where they happen.
+
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering::Relaxed;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::stats::Stats;
+
+pub const WRITE_SECONDS: &str = "sluice_sink_write_duration_seconds";
+pub const REQUESTS: &str = "sluice_sink_requests_total";
+
+/// The process-wide recorder; installed once, on first use.
+pub fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let handle = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full(WRITE_SECONDS.into()),
+                &[
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ],
+            )
+            .expect("static buckets are valid")
+            .install_recorder()
+            .expect("one recorder per process");
+        describe();
+        handle
+    })
+}
+
+fn describe() {
+    describe_counter!(
+        "sluice_records_pulled_total",
+        "Records pulled from the source."
+    );
+    describe_counter!(
+        "sluice_records_written_total",
+        "Rows newly inserted into the sink."
+    );
+    describe_counter!(
+        "sluice_records_dead_lettered_total",
+        "Records stored as dead letters."
+    );
+    describe_counter!(
+        "sluice_records_duplicates_total",
+        "Records whose key was already in the sink."
+    );
+    describe_counter!(
+        "sluice_throttle_events_total",
+        "Writes the sink answered with slow down."
+    );
+    describe_counter!(
+        "sluice_retries_total",
+        "Writes repeated after a failure or a throttle."
+    );
+    describe_counter!(REQUESTS, "Sink writes by outcome.");
+    describe_histogram!(WRITE_SECONDS, metrics::Unit::Seconds, "Sink write latency.");
+    describe_gauge!(
+        "sluice_rate_limit_records_per_second",
+        "The cadence's current rate."
+    );
+    describe_gauge!("sluice_concurrency_limit", "Batches allowed in flight.");
+    describe_gauge!("sluice_batches_in_flight", "Batches being written now.");
+    describe_gauge!("sluice_leases_held", "Capacity leases this worker holds.");
+    describe_gauge!(
+        "sluice_source_backlog",
+        "Records (or bytes, for a file) left in the source."
+    );
+}
+
+/// Publishes the run's counters and gauges, then renders the text format.
+pub fn render(stats: &Stats) -> String {
+    let h = handle();
+    counter!("sluice_records_pulled_total").absolute(stats.pulled.load(Relaxed));
+    counter!("sluice_records_written_total").absolute(stats.written.load(Relaxed));
+    counter!("sluice_records_dead_lettered_total").absolute(stats.dead_lettered.load(Relaxed));
+    counter!("sluice_records_duplicates_total").absolute(stats.duplicates.load(Relaxed));
+    counter!("sluice_throttle_events_total").absolute(stats.throttled.load(Relaxed));
+    counter!("sluice_retries_total").absolute(stats.retries.load(Relaxed));
+    gauge!("sluice_rate_limit_records_per_second").set(stats.rate_limit());
+    gauge!("sluice_concurrency_limit").set(stats.concurrency_limit.load(Relaxed) as f64);
+    gauge!("sluice_batches_in_flight").set(stats.batches_in_flight.load(Relaxed) as f64);
+    gauge!("sluice_leases_held").set(stats.leases_held.load(Relaxed) as f64);
+    let total = stats.source_total.load(Relaxed);
+    if total > 0 {
+        let left = total.saturating_sub(stats.source_done.load(Relaxed));
+        let unit = if stats.source_in_bytes.load(Relaxed) {
+            "bytes"
+        } else {
+            "records"
+        };
+        gauge!("sluice_source_backlog", "unit" => unit).set(left as f64);
+    }
+    h.render()
+}

@@ -1,0 +1,4 @@
+//! What operators see: Prometheus metrics, liveness and readiness over HTTP.
+
+pub mod metrics;
+pub mod server;

@@ -1,0 +1,74 @@
+//! `/metrics`, `/healthz` (the process is alive) and `/readyz` (source and sink reachable,
+//! not shutting down) on `[telemetry] listen`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use tokio::task::JoinHandle;
+
+use crate::sink::Sink;
+use crate::stats::Stats;
+
+#[derive(Clone)]
+struct Shared {
+    stats: Arc<Stats>,
+    sink: Arc<dyn Sink>,
+}
+
+/// Binds `listen` and serves until the task is aborted; returns the bound address.
+pub async fn serve(
+    listen: SocketAddr,
+    stats: Arc<Stats>,
+    sink: Arc<dyn Sink>,
+) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
+    super::metrics::handle();
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(Shared { stats, sink });
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!("telemetry server stopped: {e}");
+        }
+    });
+    Ok((addr, task))
+}
+
+async fn metrics(State(s): State<Shared>) -> ([(&'static str, &'static str); 1], String) {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        super::metrics::render(&s.stats),
+    )
+}
+
+async fn ready(State(s): State<Shared>) -> (StatusCode, String) {
+    if s.stats.stopping.load(Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());
+    }
+    if !s.stats.source_up.load(Relaxed) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "source unreachable\n".into(),
+        );
+    }
+    match tokio::time::timeout(Duration::from_secs(2), s.sink.probe()).await {
+        Ok(Ok(())) => (StatusCode::OK, "ready\n".into()),
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("sink unreachable: {}\n", crate::redact::redact(&e)),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sink did not answer within 2 s\n".into(),
+        ),
+    }
+}
