@@ -3,3 +3,8 @@
 pub mod backoff;
 pub mod cadence;
 pub mod clock;
+pub mod rate_meter;
+pub mod recovery;
+pub mod retry_after;
+pub mod retry_budget;
+pub mod throttle;
