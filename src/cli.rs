@@ -46,6 +46,8 @@ enum Command {
     Run(RunArgs),
     /// Validate the configuration and reach the source and the sink, then exit.
     Check(ConfigArgs),
+    /// Emulate a capacity-limited database behind HTTP (429s, latency, outages).
+    SimSink(crate::sim_sink::SimSinkArgs),
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +99,7 @@ pub fn main() -> ExitCode {
     let code = match cli.command {
         Command::Run(args) => runtime.block_on(run(args)),
         Command::Check(args) => runtime.block_on(check(args)),
+        Command::SimSink(args) => runtime.block_on(crate::sim_sink::run(args)),
     };
     // Do not wait for stdin readers or lingering connections on the way out.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

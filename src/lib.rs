@@ -11,6 +11,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod record;
 pub mod shutdown;
+pub mod sim_sink;
 pub mod sink;
 pub mod source;
 pub mod stats;
