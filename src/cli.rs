@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::backpressure::Backpressure;
 use crate::config::{Config, ConfigError, Overrides};
 use crate::control::cadence::Cadence;
 use crate::control::clock::TokioClock;
@@ -173,7 +174,9 @@ async fn run(args: RunArgs) -> u8 {
         sink.clone(),
         Decoder::new(config.sink.key.clone()),
         cadence,
-        Delivery::new(sink, &config.retry, stats.clone()),
+        Delivery::new(sink, &config.retry, stats.clone()).with_backpressure(Arc::new(
+            Backpressure::new(&config.throttle, &config.retry, &config.rate, stats.clone()),
+        )),
         stats.clone(),
         RunOptions {
             until_empty: args.until_empty,

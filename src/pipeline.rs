@@ -3,6 +3,10 @@
 //! delivery; when a delivery settles its batch, the positions are acknowledged to the
 //! source. Nothing is pulled that cannot be written now, and nothing is acknowledged
 //! before it is written or dead-lettered.
+//!
+//! The sink's push-back steers the loop: while the worker is paused nothing is pulled;
+//! records sent again are deducted from the next ticks' allowance; and after each tick's
+//! take the cadence is set to the rate the throttle state allows.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -13,6 +17,7 @@ use futures::stream::FuturesUnordered;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::backpressure::Backpressure;
 use crate::control::cadence::Cadence;
 use crate::decode::Decoder;
 use crate::delivery::{Batch, Delivery, FatalSinkError};
@@ -57,6 +62,7 @@ pub struct Pipeline {
     decoder: Decoder,
     cadence: Cadence,
     delivery: Arc<Delivery>,
+    pressure: Arc<Backpressure>,
     stats: Arc<Stats>,
     options: RunOptions,
 }
@@ -73,11 +79,14 @@ impl Pipeline {
         stats: Arc<Stats>,
         options: RunOptions,
     ) -> Self {
+        let pressure = delivery.backpressure();
+        pressure.set_ceiling(cadence.rate());
         Pipeline {
             source,
             sink,
             decoder,
             cadence,
+            pressure,
             delivery: Arc::new(delivery),
             stats,
             options,
@@ -105,10 +114,15 @@ impl Pipeline {
         let mut failure: Option<PipelineError> = None;
         let mut pulled_total: u64 = 0;
         let mut backlog_at = Instant::now();
+        let mut rate_due = false;
 
         loop {
             let stopping = stop_deadline.is_some() || failure.is_some();
-            while !stopping && allowance > 0 && in_flight.len() < self.options.max_in_flight {
+            while !stopping
+                && allowance > 0
+                && in_flight.len() < self.options.max_in_flight
+                && !self.pressure.is_paused()
+            {
                 let remaining = self
                     .options
                     .max_records
@@ -141,6 +155,10 @@ impl Pipeline {
                     allowance = 0;
                 }
             }
+            if std::mem::take(&mut rate_due) {
+                // Right after the tick's take: the new rate governs from the next tick.
+                self.cadence.set_rate(self.pressure.rate());
+            }
             self.stats
                 .batches_in_flight
                 .store(in_flight.len() as u64, Relaxed);
@@ -165,7 +183,13 @@ impl Pipeline {
             };
             tokio::select! {
                 _ = ticker.tick(), if !stopping => {
-                    allowance = u64::from(self.cadence.quantum());
+                    allowance = if self.pressure.is_paused() {
+                        0
+                    } else {
+                        let quantum = u64::from(self.cadence.quantum());
+                        quantum - self.pressure.settle_owed(quantum)
+                    };
+                    rate_due = true;
                     if backlog_at.elapsed() >= Duration::from_secs(1) {
                         backlog_at = Instant::now();
                         self.report_backlog().await;
