@@ -170,6 +170,7 @@ impl Backpressure {
         let State { throttle, rng, .. } = &mut *state;
         let reaction = throttle.on_throttle(signal, rng);
         let rate = throttle.rate(now, signal.ceiling);
+        state.goodput.idle(before.max(now), reaction.paused_until);
         drop(state);
         if reaction.cut {
             Stats::add(&self.stats.rate_cuts, 1);

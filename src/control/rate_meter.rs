@@ -1,5 +1,7 @@
-//! Records per second the sink actually took over the last moments. A throttle cuts this
-//! rather than a configured rate the worker may never have reached.
+//! Records per second the sink actually took over the last moments, per second of sending:
+//! time the worker spent paused is left out, or a cut right after a pause would take the
+//! pause for a slow sink. A throttle cuts this rather than a configured rate the worker
+//! may never have reached.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -10,6 +12,8 @@ pub struct RateMeter {
     /// (when, how many) within the window, oldest first.
     events: VecDeque<(Duration, u64)>,
     sum: u64,
+    /// Spans when nothing was sent, `[from, to)`, merged, oldest first.
+    idle: VecDeque<(Duration, Duration)>,
 }
 
 impl RateMeter {
@@ -19,6 +23,21 @@ impl RateMeter {
             window,
             events: VecDeque::new(),
             sum: 0,
+            idle: VecDeque::new(),
+        }
+    }
+
+    /// Nothing could be sent in `[from, to)`; `to` may lie ahead.
+    pub fn idle(&mut self, from: Duration, to: Duration) {
+        if to <= from {
+            return;
+        }
+        match self.idle.back_mut() {
+            Some(last) if from <= last.1 => {
+                last.0 = last.0.min(from);
+                last.1 = last.1.max(to);
+            }
+            _ => self.idle.push_back((from, to)),
         }
     }
 
@@ -28,12 +47,20 @@ impl RateMeter {
         self.sum += n;
     }
 
-    /// Records per second over the last window, or since time zero if that is shorter;
-    /// `None` when nothing was recorded in it.
+    /// Records per second of sending over the last window (or since time zero, if that is
+    /// shorter); `None` when nothing was recorded, or when the worker sent for less than a
+    /// tenth of the window — too little to tell.
     pub fn rate(&mut self, now: Duration) -> Option<f64> {
         self.expire(now);
-        let span = self.window.min(now).as_secs_f64();
-        (self.sum > 0 && span > 0.0).then(|| self.sum as f64 / span)
+        let start = now.saturating_sub(self.window);
+        let idle: Duration = self
+            .idle
+            .iter()
+            .map(|&(from, to)| to.min(now).saturating_sub(from.max(start)))
+            .sum();
+        let sending = self.window.min(now).saturating_sub(idle);
+        (self.sum > 0 && sending >= self.window / 10)
+            .then(|| self.sum as f64 / sending.as_secs_f64())
     }
 
     fn expire(&mut self, now: Duration) {
@@ -43,6 +70,13 @@ impl RateMeter {
             }
             self.events.pop_front();
             self.sum -= n;
+        }
+        while self
+            .idle
+            .front()
+            .is_some_and(|&(_, to)| to + self.window <= now)
+        {
+            self.idle.pop_front();
         }
     }
 }
@@ -69,5 +103,23 @@ mod tests {
         assert_eq!(m.rate(ms(1300)), Some(720.0));
         assert_eq!(m.rate(ms(1750)), Some(400.0));
         assert_eq!(m.rate(ms(2200)), None);
+    }
+
+    #[test]
+    fn paused_time_is_not_sending_time() {
+        let mut m = RateMeter::new(ms(1000));
+        m.record(ms(1100), 160);
+        m.record(ms(1300), 160);
+        m.idle(ms(1400), ms(1700));
+        m.idle(ms(1600), ms(1900));
+        m.record(ms(2000), 160);
+        // Window (1.0, 2.0]: 480 records, 0.5 s of it paused (1.4–1.9 s, merged).
+        assert_eq!(m.rate(ms(2000)), Some(960.0));
+        // A pause that has not ended counts up to now. Window (1.2, 2.2]: 320 records,
+        // paused 1.4–1.9 and 2.0–2.2: 0.3 s of sending.
+        m.idle(ms(2000), ms(5000));
+        assert_eq!(m.rate(ms(2200)), Some(320.0 / 0.3));
+        // Paused nearly all the window: too little sending to tell.
+        assert_eq!(m.rate(ms(2950)), None);
     }
 }

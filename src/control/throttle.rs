@@ -6,7 +6,10 @@
 //! One congestion episode must cost one cut, not one per response: a signal lowers the rate
 //! only if its request was sent after the previous cut and at least one tick has passed
 //! since — a burst of 429s answering requests that were all in flight together is one
-//! signal. Pure: the time comes in as an argument (time since the worker started).
+//! signal. Likewise a backoff pause grows only for a request sent after the previous one
+//! was ordered: each pause is followed by at most one round of requests (one per batch in
+//! flight), which bounds what an outage costs the sink. Pure: the time comes in as an
+//! argument (time since the worker started).
 
 use std::time::Duration;
 
@@ -57,6 +60,8 @@ pub struct Throttle {
     params: ThrottleParams,
     cut: Option<Cut>,
     last_cut_at: Option<Duration>,
+    /// When the last backoff pause (a throttle without Retry-After) was ordered.
+    last_backoff_at: Option<Duration>,
     paused_until: Duration,
     /// Fresh throttle signals without Retry-After since the last successful write.
     streak: u32,
@@ -76,6 +81,7 @@ impl Throttle {
             params,
             cut: None,
             last_cut_at: None,
+            last_backoff_at: None,
             paused_until: Duration::ZERO,
             streak: 0,
         }
@@ -134,12 +140,13 @@ impl Throttle {
                 };
                 self.pause(s.now, s.now + wait.mul_f64(1.0 + stretch));
             }
-            // An echo of a signal already acted on: its pause is in force, or was.
-            None if fresh => {
+            None if self.last_backoff_at.is_none_or(|at| s.sent_at >= at) => {
                 self.streak += 1;
+                self.last_backoff_at = Some(s.now);
                 let wait = self.params.backoff.half_jitter(self.streak, rng);
                 self.pause(s.now, s.now + wait);
             }
+            // An echo of a signal already acted on: its pause is in force, or was.
             None => {}
         }
         Reaction {
@@ -412,9 +419,9 @@ mod tests {
         let b = Backoff::new(ms(100), Duration::from_secs(30), 2.0);
         let mut now = ms(0);
         for attempt in 1..=8 {
-            // The request sent when the last pause ended is throttled again.
+            // The requests sent when the last pause ended are throttled again, within the
+            // same tick for the first rounds: the pause grows all the same.
             let r = t.on_throttle(signal(now + ms(5), now), &mut rng);
-            assert!(r.cut, "attempt {attempt}");
             let pause = r.paused_until - (now + ms(5));
             assert!(
                 pause >= b.ceiling(attempt) / 2 && pause <= b.ceiling(attempt),
@@ -422,8 +429,9 @@ mod tests {
             );
             // Echoes from the same round neither cut nor extend the pause.
             let echo = t.on_throttle(signal(now + ms(6), now), &mut rng);
+            assert!(!echo.cut);
             assert_eq!(echo.paused_until, r.paused_until);
-            now = r.paused_until.max(now + TICK);
+            now = r.paused_until;
         }
         t.on_success();
         let r = t.on_throttle(signal(now + ms(5), now), &mut rng);
@@ -432,5 +440,26 @@ mod tests {
             now + ms(105),
             "a new episode starts from min_delay"
         );
+    }
+
+    #[test]
+    fn an_outage_costs_one_round_of_requests_per_pause() {
+        // Four batches in flight against a sink answering 503 for ten seconds: after each
+        // pause all four try once, and only the first answer orders the next pause.
+        let mut t = cubic();
+        let mut rng = StdRng::seed_from_u64(12);
+        let mut now = ms(0);
+        let mut requests = 0;
+        while now < Duration::from_secs(10) {
+            let sent = now;
+            requests += 4;
+            for i in 0..4 {
+                t.on_throttle(signal(sent + ms(2 + i), sent), &mut rng);
+            }
+            now = t.paused_until();
+        }
+        // Lower bounds of the pauses: 0.1, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4 s — at most
+        // eight rounds start within ten seconds.
+        assert!(requests <= 4 * 8, "{requests} requests");
     }
 }
