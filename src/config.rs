@@ -687,6 +687,20 @@ mod tests {
     }
 
     #[test]
+    fn the_http_example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/http-sim.toml");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/records.ndjson");
+        let over = Overrides {
+            input: Some(source),
+            ..Default::default()
+        };
+        let cfg = Config::load(&path, &over).unwrap();
+        assert_eq!(cfg.sink.kind, SinkKind::Http);
+        assert_eq!(cfg.throttle.recovery, RecoveryKind::Cubic);
+        assert!(cfg.sink.headers.is_empty());
+    }
+
+    #[test]
     fn dead_letters_are_refused_for_a_database_sink() {
         assert!(
             error_of("[sink.dead_letters]\npath = \"d.ndjson\"\n").contains("sink.dead_letters")
