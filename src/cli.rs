@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::backpressure::Backpressure;
 use crate::config::{Config, ConfigError, LeasesConfig, Overrides};
 use crate::control::cadence::Cadence;
 use crate::control::clock::TokioClock;
@@ -61,6 +62,8 @@ enum Command {
     Leases(ReportArgs),
     /// Show the backlog, the rate this worker may use, and how long the drain will take.
     Plan(ReportArgs),
+    /// Emulate a capacity-limited database behind HTTP (429s, latency, outages).
+    SimSink(crate::sim_sink::SimSinkArgs),
 }
 
 #[derive(Debug, Args)]
@@ -123,6 +126,7 @@ pub fn main() -> ExitCode {
         Command::Check(args) => runtime.block_on(check(args)),
         Command::Leases(args) => runtime.block_on(leases(args)),
         Command::Plan(args) => runtime.block_on(plan(args)),
+        Command::SimSink(args) => runtime.block_on(crate::sim_sink::run(args)),
     };
     // Do not wait for stdin readers or lingering connections on the way out.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -178,13 +182,14 @@ async fn run(args: RunArgs) -> u8 {
         }
     };
     let stats = Arc::new(Stats::default());
-    let cadence = Cadence::new(
-        config.rate.records_per_second,
-        config.rate.tick,
-        TokioClock::default(),
-    );
+    // With leases the worker starts with its reserved rate and earns the rest.
+    let initial_rate = match &config.leases {
+        Some(l) => l.reserved,
+        None => config.rate.records_per_second,
+    };
+    let cadence = Cadence::new(initial_rate, config.rate.tick, TokioClock::default());
     tracing::info!(
-        rate = config.rate.records_per_second,
+        rate = initial_rate,
         per_tick = cadence.quantum(),
         tick = ?config.rate.tick,
         "draining {} into {}",
@@ -196,7 +201,9 @@ async fn run(args: RunArgs) -> u8 {
         sink.clone(),
         Decoder::new(config.sink.key.clone()),
         cadence,
-        Delivery::new(sink, &config.retry, stats.clone()),
+        Delivery::new(sink, &config.retry, stats.clone()).with_backpressure(Arc::new(
+            Backpressure::new(&config.throttle, &config.retry, &config.rate, stats.clone()),
+        )),
         stats.clone(),
         RunOptions {
             until_empty: args.until_empty,

@@ -2,6 +2,7 @@
 //! command-line flags. Everything is validated before anything starts, so a typo exits 2
 //! with the key named instead of failing half-way through a drain.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -42,6 +43,8 @@ pub struct Config {
     pub concurrency: ConcurrencyConfig,
     #[serde(default)]
     pub shutdown: ShutdownConfig,
+    #[serde(default)]
+    pub throttle: ThrottleConfig,
     /// Share one sink's capacity among workers; without it the rate is static.
     pub leases: Option<LeasesConfig>,
     #[serde(default)]
@@ -125,6 +128,7 @@ fn default_max_record_bytes() -> usize {
 pub enum SinkKind {
     #[default]
     Sqlite,
+    Http,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -139,6 +143,17 @@ pub struct SinkConfig {
     /// Most records written in one statement/transaction.
     #[serde(default = "default_max_batch")]
     pub max_batch: usize,
+    /// http: how a batch is encoded in the request body.
+    #[serde(default)]
+    pub format: HttpFormat,
+    /// http: extra request headers; `${VAR}` in a value is read from the environment.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// http: the longest one request may take before it counts as a transient failure.
+    #[serde(default = "default_sink_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Where records the sink rejects go, for a sink without tables of its own (http).
+    pub dead_letters: Option<DeadLetterConfig>,
 }
 
 fn default_table() -> String {
@@ -147,6 +162,10 @@ fn default_table() -> String {
 
 fn default_max_batch() -> usize {
     1000
+}
+
+fn default_sink_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -178,6 +197,26 @@ pub struct RetryConfig {
     pub factor: f64,
     /// Attempts at a record before it is dead-lettered with the last error.
     pub max_attempts: u32,
+    /// Retries may number at most this share of the first attempts in `budget_window`…
+    #[serde(default = "default_budget_ratio")]
+    pub budget_ratio: f64,
+    /// …plus this many per second, so a quiet worker can still retry.
+    #[serde(default = "default_budget_min_per_second")]
+    pub budget_min_per_second: f64,
+    #[serde(default = "default_budget_window", with = "humantime_serde")]
+    pub budget_window: Duration,
+}
+
+fn default_budget_ratio() -> f64 {
+    0.2
+}
+
+fn default_budget_min_per_second() -> f64 {
+    1.0
+}
+
+fn default_budget_window() -> Duration {
+    Duration::from_secs(10)
 }
 
 impl Default for RetryConfig {
@@ -187,6 +226,9 @@ impl Default for RetryConfig {
             max_delay: Duration::from_secs(30),
             factor: 2.0,
             max_attempts: 8,
+            budget_ratio: default_budget_ratio(),
+            budget_min_per_second: default_budget_min_per_second(),
+            budget_window: default_budget_window(),
         }
     }
 }
@@ -227,6 +269,66 @@ impl Default for ShutdownConfig {
     fn default() -> Self {
         ShutdownConfig {
             grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How an http sink encodes a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum HttpFormat {
+    /// One JSON array of `{"key", "source", "record"}` objects.
+    #[default]
+    JsonArray,
+    /// One such object per line (`application/x-ndjson`).
+    Ndjson,
+}
+
+/// A dead-letter store apart from the sink: a database (`url`) or an NDJSON file (`path`).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterConfig {
+    /// `sqlite://…` (or `postgres://…`); the table is `sluice_dead_letters`.
+    pub url: Option<String>,
+    /// An NDJSON file, appended to.
+    pub path: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RecoveryKind {
+    /// CUBIC with the AWS SDK adaptive-retry constants.
+    #[default]
+    Cubic,
+    Linear,
+}
+
+/// How the worker slows down when the sink throttles it, and how it speeds up again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThrottleConfig {
+    /// The rate is multiplied by this on a throttle signal, at most once per tick.
+    pub beta: f64,
+    pub recovery: RecoveryKind,
+    /// CUBIC's C: how fast the rate returns (rates in records per second, time in seconds).
+    pub cubic_scale: f64,
+    /// Linear: share of the configured rate regained per second.
+    pub linear_step: f64,
+    /// The rate never drops below this share of the configured rate.
+    pub min_multiplier: f64,
+    /// A Retry-After pause is stretched by a random share of itself, up to this.
+    pub pause_jitter: f64,
+}
+
+impl Default for ThrottleConfig {
+    fn default() -> Self {
+        ThrottleConfig {
+            beta: 0.7,
+            recovery: RecoveryKind::Cubic,
+            cubic_scale: 0.4,
+            linear_step: 0.05,
+            min_multiplier: 0.05,
+            pause_jitter: 0.2,
         }
     }
 }
@@ -326,6 +428,14 @@ impl Config {
                 ),
             ));
         }
+        if let SinkKind::Http = self.sink.kind {
+            self.validate_http_sink()?;
+        } else if self.sink.dead_letters.is_some() {
+            return Err(ConfigError::invalid(
+                "sink.dead_letters",
+                "only kind = \"http\" uses it; database sinks keep dead letters in sluice_dead_letters",
+            ));
+        }
         crate::sink::identifier::validate(&self.sink.table)
             .map_err(|e| ConfigError::invalid("sink.table", e))?;
         if let Some(key) = &self.sink.key
@@ -384,6 +494,120 @@ impl Config {
                 "concurrency.max",
                 "must be at least 1",
             ));
+        }
+        self.validate_retry_budget()?;
+        self.validate_throttle()?;
+        Ok(())
+    }
+
+    fn validate_http_sink(&self) -> Result<(), ConfigError> {
+        let url = reqwest::Url::parse(&self.sink.url).map_err(|e| {
+            ConfigError::invalid("sink.url", format!("{:?} is not a URL: {e}", self.sink.url))
+        })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(ConfigError::invalid(
+                "sink.url",
+                format!(
+                    "kind = \"http\" needs an http(s):// URL, got {:?}",
+                    self.sink.url
+                ),
+            ));
+        }
+        if self.sink.timeout.is_zero() {
+            return Err(ConfigError::invalid(
+                "sink.timeout",
+                "must be longer than zero",
+            ));
+        }
+        crate::sink::http::headers::build(&self.sink.headers, |name| std::env::var(name).ok())
+            .map_err(|e| ConfigError::invalid("sink.headers", e.to_string()))?;
+        let Some(dl) = &self.sink.dead_letters else {
+            return Err(ConfigError::invalid(
+                "sink.dead_letters",
+                "required for kind = \"http\": set url = \"sqlite://…\" or path = \"….ndjson\"",
+            ));
+        };
+        match (&dl.url, &dl.path) {
+            (Some(url), None) => {
+                if !["sqlite:", "postgres:", "postgresql:"]
+                    .iter()
+                    .any(|scheme| url.starts_with(scheme))
+                {
+                    return Err(ConfigError::invalid(
+                        "sink.dead_letters.url",
+                        format!("needs a sqlite:// or postgres:// URL, got {url:?}"),
+                    ));
+                }
+            }
+            (None, Some(path)) if path.as_os_str().is_empty() => {
+                return Err(ConfigError::invalid(
+                    "sink.dead_letters.path",
+                    "must not be empty",
+                ));
+            }
+            (None, Some(_)) => {}
+            _ => {
+                return Err(ConfigError::invalid(
+                    "sink.dead_letters",
+                    "set exactly one of url (a database) or path (an NDJSON file)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_retry_budget(&self) -> Result<(), ConfigError> {
+        let r = &self.retry;
+        if !(r.budget_ratio.is_finite() && r.budget_ratio >= 0.0) {
+            return Err(ConfigError::invalid(
+                "retry.budget_ratio",
+                "must be a number ≥ 0",
+            ));
+        }
+        if !(r.budget_min_per_second.is_finite() && r.budget_min_per_second >= 0.0) {
+            return Err(ConfigError::invalid(
+                "retry.budget_min_per_second",
+                "must be a number ≥ 0",
+            ));
+        }
+        if r.budget_min_per_second * r.budget_window.as_secs_f64() < 1.0 {
+            return Err(ConfigError::invalid(
+                "retry.budget_min_per_second",
+                "× retry.budget_window must allow at least one retry, or an idle worker could never retry",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_throttle(&self) -> Result<(), ConfigError> {
+        let t = &self.throttle;
+        let open_unit = |x: f64| x.is_finite() && x > 0.0 && x < 1.0;
+        if !open_unit(t.beta) {
+            return Err(ConfigError::invalid(
+                "throttle.beta",
+                format!("must be between 0 and 1 (exclusive), got {}", t.beta),
+            ));
+        }
+        if !(t.min_multiplier.is_finite() && t.min_multiplier > 0.0 && t.min_multiplier <= 1.0) {
+            return Err(ConfigError::invalid(
+                "throttle.min_multiplier",
+                format!("must be in (0, 1], got {}", t.min_multiplier),
+            ));
+        }
+        if !(t.cubic_scale.is_finite() && t.cubic_scale > 0.0) {
+            return Err(ConfigError::invalid(
+                "throttle.cubic_scale",
+                "must be positive",
+            ));
+        }
+        if !(t.linear_step.is_finite() && t.linear_step > 0.0) {
+            return Err(ConfigError::invalid(
+                "throttle.linear_step",
+                "must be positive",
+            ));
+        }
+        if !(t.pause_jitter.is_finite() && t.pause_jitter >= 0.0) {
+            return Err(ConfigError::invalid("throttle.pause_jitter", "must be ≥ 0"));
         }
         Ok(())
     }
@@ -478,6 +702,87 @@ mod tests {
     fn non_positive_rate_is_named() {
         let e = error_of("[rate]\nrecords_per_second = 0\ntick = \"200ms\"\n");
         assert!(e.contains("rate.records_per_second"), "{e}");
+    }
+
+    fn http_error_of(sink_extra: &str, extra: &str) -> Result<Config, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let input = write(dir.path(), "in.ndjson", "{\"id\":1}\n");
+        let body = format!(
+            "[source]\nkind = \"file\"\npath = {input:?}\n[sink]\nkind = \"http\"\nurl = \"http://127.0.0.1:8080/ingest\"\nkey = \"/id\"\n{sink_extra}\n{extra}"
+        );
+        let path = write(dir.path(), "c.toml", &body);
+        Config::load(&path, &Overrides::default()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn http_sink_loads_with_its_keys() {
+        let cfg = http_error_of(
+            "format = \"ndjson\"\ntimeout = \"2s\"\n[sink.headers]\nX-Api = \"a$$b\"\n[sink.dead_letters]\npath = \"dead.ndjson\"",
+            "[throttle]\nrecovery = \"linear\"",
+        )
+        .unwrap();
+        assert_eq!(cfg.sink.format, HttpFormat::Ndjson);
+        assert_eq!(cfg.sink.timeout, Duration::from_secs(2));
+        assert_eq!(cfg.sink.headers["X-Api"], "a$$b");
+        assert_eq!(cfg.throttle.recovery, RecoveryKind::Linear);
+        assert_eq!(cfg.throttle.beta, 0.7, "unset keys keep their defaults");
+        assert_eq!(cfg.retry.budget_ratio, 0.2);
+    }
+
+    #[test]
+    fn http_sink_mistakes_are_named() {
+        let e = http_error_of("", "").unwrap_err();
+        assert!(e.contains("sink.dead_letters"), "{e}");
+        let e = http_error_of("[sink.dead_letters]\nurl = \"mysql://x\"", "").unwrap_err();
+        assert!(e.contains("sink.dead_letters.url"), "{e}");
+        let e = http_error_of(
+            "[sink.dead_letters]\nurl = \"sqlite://d.db\"\npath = \"d.ndjson\"",
+            "",
+        )
+        .unwrap_err();
+        assert!(e.contains("exactly one"), "{e}");
+        let e = http_error_of(
+            "[sink.headers]\nAuthorization = \"Bearer ${SLUICE_TEST_SURELY_UNSET_VAR}\"\n[sink.dead_letters]\npath = \"d.ndjson\"",
+            "",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("sink.headers") && e.contains("SLUICE_TEST_SURELY_UNSET_VAR"),
+            "{e}"
+        );
+        let e = http_error_of(
+            "[sink.dead_letters]\npath = \"d.ndjson\"",
+            "[throttle]\nbeta = 1.5",
+        )
+        .unwrap_err();
+        assert!(e.contains("throttle.beta"), "{e}");
+        let e = http_error_of(
+            "[sink.dead_letters]\npath = \"d.ndjson\"",
+            "[throttle]\nrecovery = \"exponential\"",
+        )
+        .unwrap_err();
+        assert!(e.contains("recovery"), "{e}");
+    }
+
+    #[test]
+    fn the_http_example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/http-sim.toml");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/records.ndjson");
+        let over = Overrides {
+            input: Some(source),
+            ..Default::default()
+        };
+        let cfg = Config::load(&path, &over).unwrap();
+        assert_eq!(cfg.sink.kind, SinkKind::Http);
+        assert_eq!(cfg.throttle.recovery, RecoveryKind::Cubic);
+        assert!(cfg.sink.headers.is_empty());
+    }
+
+    #[test]
+    fn dead_letters_are_refused_for_a_database_sink() {
+        assert!(
+            error_of("[sink.dead_letters]\npath = \"d.ndjson\"\n").contains("sink.dead_letters")
+        );
     }
 
     #[test]

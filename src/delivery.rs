@@ -1,10 +1,15 @@
 //! Drives one batch to a final state: every row written or dead-lettered. Retries with
 //! backoff, waits out throttling, splits a rejected batch to find the bad rows so the good
 //! ones still land, and never gives up on a row because the sink is merely unreachable.
+//!
+//! Throttling is the worker's business, not the batch's: a throttled write is reported to
+//! the shared [`Backpressure`], which cuts the rate and pauses every write of the worker;
+//! the batch is then sent again as it is. Every retry is paid for by the retry budget.
 
 use std::sync::Arc;
 
-use crate::config::RetryConfig;
+use crate::backpressure::Backpressure;
+use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
 use crate::record::{DeadLetter, Position, Row};
 use crate::sink::{Sink, WriteOutcome};
@@ -31,6 +36,7 @@ pub struct Delivery {
     sink: Arc<dyn Sink>,
     backoff: Backoff,
     max_attempts: u32,
+    pressure: Arc<Backpressure>,
     stats: Arc<Stats>,
 }
 
@@ -39,16 +45,37 @@ struct Piece {
     rows: Vec<Row>,
     attempts: u32,
     throttles: u32,
+    /// These rows were sent before and failed for a reason that may pass: sending them
+    /// again is a retry (budgeted), not a new request.
+    retry: bool,
 }
 
 impl Delivery {
+    /// A delivery with the default `[throttle]` and `[rate]` settings; the pipeline sets the
+    /// ceiling to its cadence's rate. The worker shares one configured [`Backpressure`]
+    /// among its deliveries through [`Delivery::with_backpressure`].
     pub fn new(sink: Arc<dyn Sink>, retry: &RetryConfig, stats: Arc<Stats>) -> Self {
+        let pressure = Backpressure::new(
+            &ThrottleConfig::default(),
+            retry,
+            &RateConfig::default(),
+            stats.clone(),
+        );
         Delivery {
             sink,
             backoff: Backoff::from_config(retry),
             max_attempts: retry.max_attempts,
+            pressure: Arc::new(pressure),
             stats,
         }
+    }
+
+    pub fn with_backpressure(self, pressure: Arc<Backpressure>) -> Self {
+        Delivery { pressure, ..self }
+    }
+
+    pub fn backpressure(&self) -> Arc<Backpressure> {
+        self.pressure.clone()
     }
 
     /// Settles the batch; returns the positions that may now be acknowledged.
@@ -58,18 +85,26 @@ impl Delivery {
             rows: batch.rows,
             attempts: 0,
             throttles: 0,
+            retry: false,
         }];
         let mut outage = 0u32;
         while let Some(mut piece) = todo.pop() {
             if piece.rows.is_empty() {
                 continue;
             }
+            if piece.retry {
+                self.pressure.retry_permit(piece.rows.len()).await;
+            } else {
+                self.pressure.first_attempt();
+            }
+            let sent_at = self.pressure.clear_to_send().await;
             match self.sink.write(&piece.rows).await {
                 WriteOutcome::Written {
                     inserted,
                     duplicates,
                 } => {
                     outage = 0;
+                    self.pressure.written(inserted + duplicates);
                     Stats::add(&self.stats.written, inserted);
                     Stats::add(&self.stats.duplicates, duplicates);
                 }
@@ -80,11 +115,14 @@ impl Delivery {
                     Stats::add(&self.stats.throttled, 1);
                     Stats::add(&self.stats.retries, 1);
                     piece.throttles += 1;
-                    let wait = retry_after
-                        .map(|d| d.min(self.backoff.ceiling(u32::MAX)))
-                        .unwrap_or_else(|| self.backoff.delay(piece.throttles, &mut rand::rng()));
-                    tracing::debug!(rows = piece.rows.len(), ?wait, "sink throttled: {reason}");
-                    tokio::time::sleep(wait).await;
+                    piece.retry = true;
+                    tracing::debug!(
+                        rows = piece.rows.len(),
+                        ?retry_after,
+                        "sink throttled: {reason}"
+                    );
+                    // The worker-wide pause this sets is waited out before the next write.
+                    self.pressure.throttled(sent_at, retry_after);
                     if piece.throttles >= THROTTLES_BEFORE_SPLIT && piece.rows.len() > 1 {
                         todo.extend(split(piece));
                     } else {
@@ -97,6 +135,7 @@ impl Delivery {
                     let wait = self.backoff.delay(outage, &mut rand::rng());
                     tracing::warn!(?wait, "sink unavailable, retrying: {reason}");
                     tokio::time::sleep(wait).await;
+                    piece.retry = true;
                     todo.push(piece);
                 }
                 WriteOutcome::Transient(reason) => {
@@ -110,11 +149,13 @@ impl Delivery {
                             "transient sink error: {reason}"
                         );
                         tokio::time::sleep(wait).await;
+                        piece.retry = true;
                         todo.push(piece);
                     } else if piece.rows.len() > 1 {
                         // Give each half one more try: the failure may be one row's doing.
                         let halves = split(Piece {
                             attempts: self.max_attempts - 1,
+                            retry: true,
                             ..piece
                         });
                         todo.extend(halves);
@@ -142,8 +183,10 @@ impl Delivery {
                             keep.push(row);
                         }
                     }
+                    // The sink answered for good: sending the rest is a new request.
                     todo.push(Piece {
                         rows: keep,
+                        retry: false,
                         ..piece
                     });
                 }
@@ -155,7 +198,10 @@ impl Delivery {
                             piece.attempts + 1,
                         ));
                     } else {
-                        todo.extend(split(piece));
+                        todo.extend(split(Piece {
+                            retry: false,
+                            ..piece
+                        }));
                     }
                 }
                 WriteOutcome::Fatal(reason) => return Err(FatalSinkError(reason)),
@@ -207,11 +253,13 @@ fn split(piece: Piece) -> [Piece; 2] {
             rows: second,
             attempts: piece.attempts,
             throttles: 0,
+            retry: piece.retry,
         },
         Piece {
             rows: first,
             attempts: piece.attempts,
             throttles: 0,
+            retry: piece.retry,
         },
     ]
 }

@@ -2,6 +2,7 @@
 //! smoothed cadence, writes idempotent batches, backs off when the sink says so, and
 //! acknowledges only what is durably written or dead-lettered.
 
+pub mod backpressure;
 pub mod cli;
 pub mod config;
 pub mod control;
@@ -14,6 +15,7 @@ pub mod progress;
 pub mod record;
 pub mod redact;
 pub mod shutdown;
+pub mod sim_sink;
 pub mod sink;
 pub mod source;
 pub mod stats;

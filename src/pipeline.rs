@@ -3,6 +3,10 @@
 //! delivery; when a delivery settles its batch, the positions are acknowledged to the
 //! source. Nothing is pulled that cannot be written now, and nothing is acknowledged
 //! before it is written or dead-lettered.
+//!
+//! The sink's push-back steers the loop: while the worker is paused nothing is pulled;
+//! records sent again are deducted from the next ticks' allowance; and after each tick's
+//! take the cadence is set to the rate the throttle state allows.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -13,6 +17,7 @@ use futures::stream::FuturesUnordered;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::backpressure::Backpressure;
 use crate::control::cadence::Cadence;
 use crate::control::target_rate::TargetRate;
 use crate::decode::Decoder;
@@ -59,6 +64,7 @@ pub struct Pipeline {
     cadence: Cadence,
     target_rate: TargetRate,
     delivery: Arc<Delivery>,
+    pressure: Arc<Backpressure>,
     stats: Arc<Stats>,
     options: RunOptions,
 }
@@ -75,12 +81,15 @@ impl Pipeline {
         stats: Arc<Stats>,
         options: RunOptions,
     ) -> Self {
+        let pressure = delivery.backpressure();
+        pressure.set_ceiling(cadence.rate());
         Pipeline {
             source,
             sink,
             decoder,
             target_rate: TargetRate::new(cadence.rate()),
             cadence,
+            pressure,
             delivery: Arc::new(delivery),
             stats,
             options,
@@ -113,6 +122,7 @@ impl Pipeline {
         let mut failure: Option<PipelineError> = None;
         let mut pulled_total: u64 = 0;
         let mut backlog_at = Instant::now();
+        let mut rate_due = false;
         self.source.set_prefetch(self.prefetch()).await?;
         self.stats.source_up.store(self.source.is_up(), Relaxed);
         self.stats.set_rate_limit(self.cadence.rate());
@@ -122,7 +132,11 @@ impl Pipeline {
 
         loop {
             let stopping = stop_deadline.is_some() || failure.is_some();
-            while !stopping && allowance > 0 && in_flight.len() < self.options.max_in_flight {
+            while !stopping
+                && allowance > 0
+                && in_flight.len() < self.options.max_in_flight
+                && !self.pressure.is_paused()
+            {
                 let remaining = self
                     .options
                     .max_records
@@ -157,18 +171,23 @@ impl Pipeline {
                     allowance = 0;
                 }
             }
+            if std::mem::take(&mut rate_due) {
+                // Right after the tick's take: the new rate governs from the next tick,
+                // which gets exactly one new quantum. The ceiling is the static or leased
+                // rate; throttling scales it down.
+                let quantum = self.cadence.quantum();
+                self.pressure.set_ceiling(self.target_rate.get());
+                self.cadence.set_rate(self.pressure.rate());
+                self.stats.set_rate_limit(self.cadence.rate());
+                if self.cadence.quantum() != quantum
+                    && let Err(e) = self.source.set_prefetch(self.prefetch()).await
+                {
+                    failure.get_or_insert(e.into());
+                }
+            }
             self.stats
                 .batches_in_flight
                 .store(in_flight.len() as u64, Relaxed);
-            // Right after this tick's take, so the next tick gets exactly one new quantum.
-            let quantum = self.cadence.quantum();
-            self.cadence.set_rate(self.target_rate.get());
-            self.stats.set_rate_limit(self.cadence.rate());
-            if self.cadence.quantum() != quantum
-                && let Err(e) = self.source.set_prefetch(self.prefetch()).await
-            {
-                failure.get_or_insert(e.into());
-            }
 
             let drained = self.options.until_empty && caught_up;
             let limit_reached = self.options.max_records.is_some_and(|m| pulled_total >= m);
@@ -190,7 +209,13 @@ impl Pipeline {
             };
             tokio::select! {
                 _ = ticker.tick(), if !stopping => {
-                    allowance = u64::from(self.cadence.quantum());
+                    allowance = if self.pressure.is_paused() {
+                        0
+                    } else {
+                        let quantum = u64::from(self.cadence.quantum());
+                        quantum - self.pressure.settle_owed(quantum)
+                    };
+                    rate_due = true;
                     self.stats.source_up.store(self.source.is_up(), Relaxed);
                     if backlog_at.elapsed() >= Duration::from_secs(1) {
                         backlog_at = Instant::now();

@@ -30,6 +30,35 @@ pub struct Stats {
     pub rate_limit: AtomicU64,
     pub concurrency_limit: AtomicU64,
     pub leases_held: AtomicU64,
+    /// Throttle signals that cut the rate (at most one per tick; echoes do not count).
+    pub rate_cuts: AtomicU64,
+    /// The share of the configured rate in force.
+    pub rate_multiplier: RateMultiplier,
+    /// Throttles that said how long to wait, and the last such wait in milliseconds.
+    pub retry_afters: AtomicU64,
+    pub last_retry_after_ms: AtomicU64,
+    /// Times the whole worker stopped sending because the sink throttled it.
+    pub pauses: AtomicU64,
+}
+
+/// A share in (0, 1], kept as the bits of an `f64`; 1.0 until throttling changes it.
+#[derive(Debug)]
+pub struct RateMultiplier(AtomicU64);
+
+impl Default for RateMultiplier {
+    fn default() -> Self {
+        RateMultiplier(AtomicU64::new(1.0f64.to_bits()))
+    }
+}
+
+impl RateMultiplier {
+    pub fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Relaxed))
+    }
+
+    pub fn set(&self, value: f64) {
+        self.0.store(value.to_bits(), Relaxed);
+    }
 }
 
 impl Stats {

@@ -1,6 +1,7 @@
 //! Capacity leases against real PostgreSQL (the lease store) and RabbitMQ (a shared queue):
-//! three worker processes share one pool; the sink (SQLite here, with `ingested_at` per
-//! row) shows how much was accepted in each second.
+//! three worker processes share one pool and write to the sink emulator, whose capacity
+//! (1,000 rec/s) is above the pool's, so the pool is the only limit; the emulator counts
+//! what it accepted in every 200 ms window.
 
 mod common;
 
@@ -9,14 +10,67 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use sluice::sim_sink::{SimSink, SimSinkConfig};
 
-fn config(dir: &Path, queue: &str, pool: &str, store_port: u16, reserved: f64) {
+/// The emulator, running on its own runtime for the length of a test.
+struct Emulator {
+    rt: tokio::runtime::Runtime,
+    sim: SimSink,
+}
+
+impl Emulator {
+    fn start() -> Emulator {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let sim = rt
+            .block_on(SimSink::start(SimSinkConfig::new(
+                "127.0.0.1:0".parse().unwrap(),
+                1000.0,
+            )))
+            .unwrap();
+        Emulator { rt, sim }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/ingest", self.sim.addr())
+    }
+
+    /// Records accepted per 200 ms window since the emulator started.
+    fn windows(&self) -> Vec<u64> {
+        let _guard = self.rt.enter();
+        self.sim
+            .stats()
+            .windows
+            .iter()
+            .map(|w| w.accepted)
+            .collect()
+    }
+}
+
+/// Records accepted in each 1 s span (five 200 ms windows), sliding by 200 ms.
+fn per_second(windows: &[u64]) -> Vec<u64> {
+    windows.windows(5).map(|w| w.iter().sum()).collect()
+}
+
+/// The index of the first window with anything accepted.
+fn first_busy(windows: &[u64]) -> usize {
+    windows
+        .iter()
+        .position(|&n| n > 0)
+        .expect("something was accepted")
+}
+
+fn config(dir: &Path, queue: &str, pool: &str, store_port: u16, reserved: f64, sink_url: &str) {
     let store = pg_url().replace(":5432/", &format!(":{store_port}/"));
     std::fs::write(
         dir.join("sluice.toml"),
         format!(
             "[source]\nkind = \"amqp\"\nurl = {:?}\nqueue = {queue:?}\n\n\
-             [sink]\nkind = \"sqlite\"\nurl = \"sqlite://out.db\"\nkey = \"/id\"\nmax_batch = 500\n\n\
+             [sink]\nkind = \"http\"\nurl = {sink_url:?}\nkey = \"/id\"\nmax_batch = 500\n\n\
+             [sink.dead_letters]\npath = \"dead.ndjson\"\n\n\
              [rate]\ntick = \"200ms\"\n\n\
              [leases]\nstore = {store:?}\npool = {pool:?}\ncapacity = 600\npartitions = 6\nttl = \"4s\"\nreserved = {reserved}\nidle_grace = \"3s\"\n",
             amqp_url()
@@ -37,26 +91,6 @@ fn worker(dir: &Path, until_empty: bool) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// Rows accepted per wall-clock second, in order.
-fn per_second(db: &Path) -> Vec<(String, i64)> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let url = format!("sqlite://{}", db.display());
-        let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
-            .await
-            .unwrap();
-        sqlx::query_as(
-            "select substr(ingested_at, 1, 19) as s, count(*) from records group by s order by s",
-        )
-        .fetch_all(&mut conn)
-        .await
-        .unwrap()
-    })
 }
 
 fn lease_holders(dir: &Path) -> serde_json::Value {
@@ -94,10 +128,11 @@ fn stop(mut child: Child) -> std::process::Output {
 
 #[test]
 fn three_workers_share_the_pool_without_exceeding_it() {
+    let sim = Emulator::start();
     let dir = tempfile::tempdir().unwrap();
     let queue = unique("sluice_lease_share");
     amqp_publish(&queue, 30_000);
-    config(dir.path(), &queue, &unique("pool"), 5432, 0.0);
+    config(dir.path(), &queue, &unique("pool"), 5432, 0.0, &sim.url());
     let workers: Vec<Child> = (0..3).map(|_| worker(dir.path(), true)).collect();
     let mut shares = Vec::new();
     for w in workers {
@@ -109,31 +144,32 @@ fn three_workers_share_the_pool_without_exceeding_it() {
     for s in &shares {
         assert!(*s >= 4_500, "every worker writes at least 15%: {shares:?}");
     }
-    let windows = per_second(&dir.path().join("out.db"));
-    let steady = &windows[3..windows.len() - 1];
-    let peak = steady.iter().map(|(_, n)| *n).max().unwrap();
-    eprintln!(
-        "accepted per second: {:?}",
-        windows.iter().map(|(_, n)| n).collect::<Vec<_>>()
-    );
+    let windows = sim.windows();
+    let start = first_busy(&windows);
+    let seconds = per_second(&windows[start..]);
+    eprintln!("accepted per 1 s (sliding by 200 ms): {seconds:?}");
+    // After the first 3 s, until the queue runs dry (the last second is partly empty).
+    let steady = &seconds[15..seconds.len() - 5];
+    let peak = *steady.iter().max().unwrap();
     assert!(
         peak <= 630,
-        "the pool's 600 rec/s was exceeded: {windows:?}"
+        "the pool's 600 rec/s was exceeded: {peak} in {steady:?}"
     );
-    let mut sorted: Vec<i64> = steady.iter().map(|(_, n)| *n).collect();
+    let mut sorted = steady.to_vec();
     sorted.sort();
     assert!(
-        sorted[sorted.len() / 2] >= 450,
-        "the pool was mostly used: {windows:?}"
+        sorted[sorted.len() / 2] >= 540,
+        "the pool was mostly used: {steady:?}"
     );
 }
 
 #[test]
 fn a_dead_workers_partitions_go_to_the_others_within_ttl() {
+    let sim = Emulator::start();
     let dir = tempfile::tempdir().unwrap();
     let queue = unique("sluice_lease_kill");
     amqp_publish(&queue, 60_000);
-    config(dir.path(), &queue, &unique("pool"), 5432, 0.0);
+    config(dir.path(), &queue, &unique("pool"), 5432, 0.0, &sim.url());
     let mut workers: Vec<Child> = (0..3).map(|_| worker(dir.path(), false)).collect();
     // Wait until the whole pool is held.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -174,52 +210,48 @@ fn a_dead_workers_partitions_go_to_the_others_within_ttl() {
 
 #[test]
 fn an_unreachable_store_drops_every_worker_to_its_reserved_rate_and_back() {
+    let sim = Emulator::start();
     let relay = CuttableRelay::start("127.0.0.1:5432");
     let dir = tempfile::tempdir().unwrap();
     let queue = unique("sluice_lease_outage");
     amqp_publish(&queue, 60_000);
-    config(dir.path(), &queue, &unique("pool"), relay.port, 20.0);
+    config(
+        dir.path(),
+        &queue,
+        &unique("pool"),
+        relay.port,
+        20.0,
+        &sim.url(),
+    );
     let workers: Vec<Child> = (0..3).map(|_| worker(dir.path(), false)).collect();
     std::thread::sleep(Duration::from_secs(8));
-    let cut_at = chrono::Utc::now();
+    let cut_at = sim.windows().len();
     relay.cut();
     std::thread::sleep(Duration::from_secs(20));
-    let restored_at = chrono::Utc::now();
+    let restored_at = sim.windows().len();
     relay.restore();
     std::thread::sleep(Duration::from_secs(10));
     for w in workers {
         let out = stop(w);
         assert!(out.status.success(), "{}", stderr(&out));
     }
-    let fmt = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S").to_string();
-    let windows = per_second(&dir.path().join("out.db"));
-    eprintln!(
-        "accepted per second: {:?}",
-        windows.iter().map(|(_, n)| n).collect::<Vec<_>>()
-    );
-    let lapsed = fmt(cut_at + chrono::Duration::seconds(4 + 1));
-    let during: Vec<i64> = windows
-        .iter()
-        .filter(|(s, _)| *s >= lapsed && *s < fmt(restored_at))
-        .map(|(_, n)| *n)
-        .collect();
-    assert!(during.len() >= 10, "{windows:?}");
+    let windows = sim.windows();
+    let seconds = per_second(&windows);
+    eprintln!("accepted per 1 s (sliding by 200 ms): {seconds:?}");
+    // From ttl + 1 s after the cut until the store is back: 3 workers × 20 rec/s reserved.
+    let during = &seconds[cut_at + 5 * 5..restored_at - 5];
+    assert!(during.len() >= 40, "{seconds:?}");
     assert!(
         during.iter().all(|&n| n <= 3 * 20 + 10),
         "rate fell to 3 × reserved within ttl: {during:?}"
     );
     assert!(
-        during.iter().sum::<i64>() > 0,
-        "reserved capacity kept the workers going"
+        during.iter().all(|&n| n > 0),
+        "reserved capacity kept the workers going: {during:?}"
     );
-    let recovered = fmt(restored_at + chrono::Duration::seconds(4));
-    let after: Vec<i64> = windows
-        .iter()
-        .filter(|(s, _)| *s >= recovered)
-        .map(|(_, n)| *n)
-        .collect();
+    let after = &seconds[restored_at + 4 * 5..];
     assert!(
-        after.iter().any(|&n| n >= 400),
+        after.iter().any(|&n| n >= 540),
         "capacity came back: {after:?}"
     );
 }

@@ -42,6 +42,20 @@ impl Backoff {
             hi
         })
     }
+
+    /// A wait drawn uniformly from `[ceiling(attempt) / 2, ceiling(attempt)]` (and never
+    /// below `min`): "equal jitter". For a pause that stops the whole worker, the guaranteed
+    /// half keeps its attempts provably sparse during an outage, while the random half still
+    /// keeps many workers from returning together.
+    pub fn half_jitter(&self, attempt: u32, rng: &mut impl rand::Rng) -> Duration {
+        let hi = self.ceiling(attempt).as_secs_f64();
+        let lo = (hi / 2.0).max(self.min.as_secs_f64()).min(hi);
+        Duration::from_secs_f64(if hi > lo {
+            rng.random_range(lo..=hi)
+        } else {
+            hi
+        })
+    }
 }
 
 #[cfg(test)]
@@ -76,6 +90,40 @@ mod tests {
             if attempt > 2 {
                 assert!(d.iter().any(|x| *x != d[0]), "jittered");
             }
+        }
+    }
+
+    #[test]
+    fn delay_sequence_stays_under_the_ceilings() {
+        // One retry sequence, as a delivery draws it: every wait within its attempt's bounds,
+        // so the time to reach attempt n is at most the sum of the first n ceilings.
+        let b = Backoff::new(Duration::from_millis(100), Duration::from_secs(30), 2.0);
+        for seed in 0..20 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut total = Duration::ZERO;
+            for attempt in 1..=12 {
+                let d = b.delay(attempt, &mut rng);
+                assert!(d >= Duration::from_millis(100) && d <= b.ceiling(attempt));
+                total += d;
+            }
+            let ceilings: Duration = (1..=12).map(|a| b.ceiling(a)).sum();
+            assert!(total <= ceilings && total >= Duration::from_millis(1200));
+        }
+    }
+
+    #[test]
+    fn half_jitter_keeps_at_least_half_the_ceiling() {
+        let b = Backoff::new(Duration::from_millis(100), Duration::from_secs(30), 2.0);
+        let mut rng = StdRng::seed_from_u64(11);
+        assert_eq!(b.half_jitter(1, &mut rng), Duration::from_millis(100));
+        for attempt in 2..16 {
+            let c = b.ceiling(attempt);
+            let d: Vec<Duration> = (0..50).map(|_| b.half_jitter(attempt, &mut rng)).collect();
+            assert!(
+                d.iter().all(|x| *x >= c / 2 && *x <= c),
+                "attempt {attempt}"
+            );
+            assert!(d.iter().any(|x| *x != d[0]), "jittered");
         }
     }
 }

@@ -2,6 +2,8 @@
 //! duplicate, not a second row) and says how it went, so the pipeline can retry, back off,
 //! split the batch, or dead-letter — and acknowledge only what is durably written.
 
+pub mod dead_letters;
+pub mod http;
 pub mod identifier;
 pub mod sqlite;
 
@@ -65,6 +67,9 @@ pub struct SinkError {
 pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
     match config.sink.kind {
         SinkKind::Sqlite => Ok(Arc::new(sqlite::SqliteSink::open(&config.sink).await?)),
+        SinkKind::Http => Ok(Arc::new(
+            http::HttpSink::open(&config.sink, config.retry.max_delay).await?,
+        )),
     }
 }
 

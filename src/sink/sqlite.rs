@@ -10,18 +10,35 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, QueryBuilder, Sqlite};
 
+use super::dead_letters::DeadLetterStore;
+use super::dead_letters::sqlite::SqliteDeadLetters;
 use super::identifier::quote;
-use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
+use super::{Sink, SinkError, WriteOutcome};
 use crate::config::SinkConfig;
 use crate::record::{DeadLetter, Row};
 
 /// SQLite allows 32,766 bound parameters per statement; three per row.
-const ROWS_PER_STATEMENT: usize = 10_000;
+pub(crate) const ROWS_PER_STATEMENT: usize = 10_000;
 pub const DEAD_LETTER_TABLE: &str = "sluice_dead_letters";
 
 pub struct SqliteSink {
     pool: SqlitePool,
     insert_head: String,
+    dead_letters: SqliteDeadLetters,
+}
+
+/// One connection (SQLite has one writer), WAL, the file created if missing.
+pub(crate) async fn connect(url: &str) -> Result<SqlitePool, sqlx::Error> {
+    let options = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(10));
+    SqlitePoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(60))
+        .connect_with(options)
+        .await
 }
 
 impl SqliteSink {
@@ -30,18 +47,7 @@ impl SqliteSink {
             url: config.url.clone(),
             message: e.to_string(),
         };
-        let options = SqliteConnectOptions::from_str(&config.url)
-            .map_err(|e| fail(&e))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(60))
-            .connect_with(options)
-            .await
-            .map_err(|e| fail(&e))?;
+        let pool = connect(&config.url).await.map_err(|e| fail(&e))?;
         let table = quote(&config.table);
         let ddl = format!(
             "CREATE TABLE IF NOT EXISTS {table} (
@@ -55,24 +61,13 @@ impl SqliteSink {
             .execute(&pool)
             .await
             .map_err(|e| fail(&e))?;
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS sluice_dead_letters (
-                id INTEGER PRIMARY KEY AUTOINCREMENT,
-                fingerprint TEXT NOT NULL UNIQUE,
-                position TEXT NOT NULL,
-                key TEXT,
-                raw BLOB NOT NULL,
-                reason TEXT NOT NULL,
-                attempts INTEGER NOT NULL,
-                failed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-            )",
-        )
-        .execute(&pool)
-        .await
-        .map_err(|e| fail(&e))?;
+        let dead_letters = SqliteDeadLetters::create(pool.clone())
+            .await
+            .map_err(|e| fail(&e))?;
         Ok(SqliteSink {
             pool,
             insert_head: format!("INSERT INTO {table} (key, payload, source) "),
+            dead_letters,
         })
     }
 
@@ -92,30 +87,10 @@ impl SqliteSink {
         tx.commit().await?;
         Ok(inserted)
     }
-
-    async fn insert_dead_letters(&self, letters: &[DeadLetter]) -> Result<(), sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        for chunk in letters.chunks(ROWS_PER_STATEMENT / 2) {
-            let mut q = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO sluice_dead_letters (fingerprint, position, key, raw, reason, attempts) ",
-            );
-            q.push_values(chunk, |mut b, l| {
-                b.push_bind(dead_letter_fingerprint(l))
-                    .push_bind(l.origin.as_str())
-                    .push_bind(l.key.as_deref())
-                    .push_bind(l.raw.as_slice())
-                    .push_bind(l.reason.as_str())
-                    .push_bind(i64::from(l.attempts));
-            });
-            q.push(" ON CONFLICT(fingerprint) DO NOTHING");
-            q.build().execute(&mut *tx).await?;
-        }
-        tx.commit().await
-    }
 }
 
 /// Sorts SQLite's result codes into what the pipeline should do about them.
-fn classify(err: sqlx::Error) -> WriteOutcome {
+pub(crate) fn classify(err: sqlx::Error) -> WriteOutcome {
     match &err {
         sqlx::Error::Database(db) => {
             // Extended result codes; the primary code is the low byte.
@@ -158,12 +133,6 @@ impl Sink for SqliteSink {
     }
 
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
-        match self.insert_dead_letters(letters).await {
-            Ok(()) => WriteOutcome::Written {
-                inserted: letters.len() as u64,
-                duplicates: 0,
-            },
-            Err(e) => classify(e),
-        }
+        self.dead_letters.store(letters).await
     }
 }

@@ -1,0 +1,165 @@
+//! What the emulated database saw: counts of requests and records by fate, the keys it
+//! stored (a key stored twice counts as a duplicate, not as a second row), and what it
+//! accepted in each 200 ms window since it started — the shape of the load, for plots and
+//! for assertions such as "after the first seconds, fewer than 5% throttled".
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub const WINDOW: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Default)]
+pub struct Ledger {
+    keys: HashSet<String>,
+    stats: SimStats,
+}
+
+/// The `GET /stats` document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SimStats {
+    /// Requests to the ingest endpoint, whatever their fate.
+    pub requests: u64,
+    /// Records in requests that could be read (including throttled and rejected ones):
+    /// what the clients sent.
+    pub records_received: u64,
+    /// Records taken (newly stored or duplicates).
+    pub accepted: u64,
+    /// Distinct keys stored.
+    pub inserted: u64,
+    /// Records whose key was already stored.
+    pub duplicates: u64,
+    /// Requests answered 429 (over capacity), and the records in them.
+    pub rejected: u64,
+    pub rejected_records: u64,
+    /// Requests answered 400 or 422 (unreadable body, a record with `reject_field`).
+    pub malformed: u64,
+    /// Requests that met an outage (answered 503, or held until it ended).
+    pub unavailable: u64,
+    /// The most requests in progress at once.
+    pub max_concurrency: u64,
+    pub window_ms: u64,
+    /// One entry per 200 ms window since the start.
+    pub windows: Vec<Window>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    /// Records taken in this window.
+    pub accepted: u64,
+    pub requests: u64,
+    /// Requests answered 429 in this window.
+    pub rejected: u64,
+}
+
+impl Ledger {
+    pub fn request(&mut self, now: Duration, concurrency: u64) {
+        self.stats.requests += 1;
+        self.stats.max_concurrency = self.stats.max_concurrency.max(concurrency);
+        self.window(now).requests += 1;
+    }
+
+    pub fn received(&mut self, records: u64) {
+        self.stats.records_received += records;
+    }
+
+    pub fn unavailable(&mut self) {
+        self.stats.unavailable += 1;
+    }
+
+    pub fn malformed(&mut self) {
+        self.stats.malformed += 1;
+    }
+
+    pub fn throttled(&mut self, now: Duration, records: u64) {
+        self.stats.rejected += 1;
+        self.stats.rejected_records += records;
+        self.window(now).rejected += 1;
+    }
+
+    /// Stores the keys not stored yet; returns (inserted, duplicates).
+    pub fn accept<'a>(
+        &mut self,
+        now: Duration,
+        keys: impl IntoIterator<Item = &'a str>,
+    ) -> (u64, u64) {
+        let (mut inserted, mut duplicates) = (0, 0);
+        for key in keys {
+            if self.keys.insert(key.to_string()) {
+                inserted += 1;
+            } else {
+                duplicates += 1;
+            }
+        }
+        self.stats.accepted += inserted + duplicates;
+        self.stats.inserted += inserted;
+        self.stats.duplicates += duplicates;
+        self.window(now).accepted += inserted + duplicates;
+        (inserted, duplicates)
+    }
+
+    pub fn stats(&self) -> SimStats {
+        SimStats {
+            window_ms: WINDOW.as_millis() as u64,
+            ..self.stats.clone()
+        }
+    }
+
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.keys.iter().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    fn window(&mut self, now: Duration) -> &mut Window {
+        let i = (now.as_millis() / WINDOW.as_millis()) as usize;
+        if self.stats.windows.len() <= i {
+            self.stats.windows.resize(i + 1, Window::default());
+        }
+        &mut self.stats.windows[i]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dedupes_by_key_and_buckets_by_window() {
+        let mut l = Ledger::default();
+        let ms = Duration::from_millis;
+        l.request(ms(10), 1);
+        assert_eq!(l.accept(ms(10), ["a", "b"]), (2, 0));
+        l.request(ms(450), 3);
+        assert_eq!(l.accept(ms(450), ["b", "c"]), (1, 1));
+        l.request(ms(460), 2);
+        l.throttled(ms(460), 7);
+        let s = l.stats();
+        assert_eq!(
+            (s.requests, s.accepted, s.inserted, s.duplicates),
+            (3, 4, 3, 1)
+        );
+        assert_eq!(
+            (s.rejected, s.rejected_records, s.max_concurrency),
+            (1, 7, 3)
+        );
+        assert_eq!(
+            s.windows,
+            vec![
+                Window {
+                    accepted: 2,
+                    requests: 1,
+                    rejected: 0
+                },
+                Window::default(),
+                Window {
+                    accepted: 2,
+                    requests: 2,
+                    rejected: 1
+                },
+            ]
+        );
+        assert_eq!(l.keys(), ["a", "b", "c"]);
+    }
+}

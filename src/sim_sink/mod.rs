@@ -1,0 +1,378 @@
+//! `sluice sim-sink`: an HTTP endpoint that behaves like a capacity-limited database, to
+//! rehearse a configuration before pointing it at production, and for tests. It takes
+//! `capacity` records per second (a server-side token bucket of `burst` records); a batch
+//! that does not fit is answered 429 with the time until it would; answers slow down
+//! exponentially beyond a knee of concurrent requests; an outage can be switched on; keys
+//! are deduplicated; records carrying `reject_field` are refused (422) so the dead-letter
+//! path can be exercised. Also a library: [`SimSink::start`] on port 0 in tests.
+
+pub mod capacity;
+pub mod latency;
+pub mod ledger;
+pub mod outage;
+mod server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use latency::LatencyModel;
+pub use ledger::{SimStats, Window};
+pub use outage::OutageMode;
+
+/// How a 429 says when to come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RetryAfterStyle {
+    /// `Retry-After` in whole seconds and `x-ms-retry-after-ms` (as Azure Cosmos DB).
+    Millis,
+    /// `Retry-After` in whole seconds only.
+    Seconds,
+    /// The IETF draft's `RateLimit: limit=…, remaining=0, reset=…`.
+    Ratelimit,
+    /// Nothing: the client must guess.
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct SimSinkConfig {
+    pub listen: SocketAddr,
+    /// Records per second.
+    pub capacity: f64,
+    /// Records the bucket holds: the most one request may carry.
+    pub burst: u32,
+    pub latency: LatencyModel,
+    pub reject_field: Option<String>,
+    pub retry_after: RetryAfterStyle,
+}
+
+impl SimSinkConfig {
+    /// On `listen`, at `capacity` records per second with one second's worth of burst,
+    /// answering in 5 ms up to 30 concurrent requests.
+    pub fn new(listen: SocketAddr, capacity: f64) -> Self {
+        SimSinkConfig {
+            listen,
+            capacity,
+            burst: capacity.ceil().max(1.0) as u32,
+            latency: LatencyModel {
+                base: Duration::from_millis(5),
+                knee: 30,
+                factor: 2.0,
+                k: 10.0,
+            },
+            reject_field: None,
+            retry_after: RetryAfterStyle::Millis,
+        }
+    }
+}
+
+/// A running emulator.
+pub struct SimSink {
+    addr: SocketAddr,
+    shared: Arc<server::Shared>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl SimSink {
+    pub async fn start(config: SimSinkConfig) -> std::io::Result<SimSink> {
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(server::Shared::new(&config));
+        let app = server::router(shared.clone());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Ok(SimSink {
+            addr,
+            shared,
+            stop,
+            task,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The URL to configure as `sink.url`.
+    pub fn ingest_url(&self) -> String {
+        format!("http://{}/ingest", self.addr)
+    }
+
+    pub fn stats(&self) -> SimStats {
+        self.shared.ledger().stats()
+    }
+
+    /// Every key stored, sorted.
+    pub fn keys(&self) -> Vec<String> {
+        self.shared.ledger().keys()
+    }
+
+    /// Starts an outage now (a zero length ends one).
+    pub fn outage(&self, length: Duration, mode: OutageMode) {
+        self.shared.set_outage(length, mode);
+    }
+
+    /// Stops accepting connections and waits for requests in progress to finish.
+    pub async fn stop(self) -> std::io::Result<()> {
+        let _ = self.stop.send(());
+        self.task.await.map_err(std::io::Error::other)?
+    }
+}
+
+/// `sluice sim-sink` flags.
+#[derive(Debug, Args)]
+pub struct SimSinkArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Records per second the emulated database takes.
+    #[arg(long, default_value_t = 800.0)]
+    capacity: f64,
+    /// Records the capacity bucket holds (the largest request that can ever pass);
+    /// default: one second of capacity.
+    #[arg(long)]
+    burst: Option<u32>,
+    /// Answer time while the database is not crowded.
+    #[arg(long, default_value = "5ms", value_parser = humantime::parse_duration)]
+    latency: Duration,
+    /// Concurrent requests beyond which answers slow down…
+    #[arg(long, default_value_t = 30)]
+    knee: u32,
+    /// …by this factor…
+    #[arg(long, default_value_t = 2.0)]
+    latency_factor: f64,
+    /// …for every this many more concurrent requests.
+    #[arg(long, default_value_t = 10.0)]
+    latency_k: f64,
+    /// Refuse (422) any request holding a record with this top-level field.
+    #[arg(long, value_name = "FIELD")]
+    reject_field: Option<String>,
+    /// How a 429 says when to come back.
+    #[arg(long, value_enum, default_value_t = RetryAfterStyle::Millis)]
+    retry_after: RetryAfterStyle,
+}
+
+impl SimSinkArgs {
+    fn config(&self) -> Result<SimSinkConfig, String> {
+        if !(self.capacity.is_finite() && self.capacity > 0.0) {
+            return Err("--capacity must be a positive number".into());
+        }
+        if self.burst == Some(0) {
+            return Err("--burst must be at least 1".into());
+        }
+        if !(self.latency_factor.is_finite() && self.latency_factor >= 1.0) {
+            return Err("--latency-factor must be at least 1".into());
+        }
+        if !(self.latency_k.is_finite() && self.latency_k > 0.0) {
+            return Err("--latency-k must be positive".into());
+        }
+        let mut config = SimSinkConfig::new(self.listen, self.capacity);
+        if let Some(burst) = self.burst {
+            config.burst = burst;
+        }
+        config.latency = LatencyModel {
+            base: self.latency,
+            knee: self.knee,
+            factor: self.latency_factor,
+            k: self.latency_k,
+        };
+        config.reject_field = self.reject_field.clone();
+        config.retry_after = self.retry_after;
+        Ok(config)
+    }
+}
+
+/// Runs the emulator until SIGINT/SIGTERM, then prints its stats as JSON on stdout.
+/// Returns the exit code: 0, 1 when it cannot listen, 2 for bad flags.
+pub async fn run(args: SimSinkArgs) -> u8 {
+    let config = match args.config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sluice sim-sink: {e}");
+            return 2;
+        }
+    };
+    let sink = match SimSink::start(config.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluice sim-sink: cannot listen on {}: {e}", config.listen);
+            return 1;
+        }
+    };
+    eprintln!(
+        "sluice sim-sink: {} rec/s (burst {}) at {}; GET /stats, POST /outage",
+        config.capacity,
+        config.burst,
+        sink.ingest_url()
+    );
+    let mut shutdown = crate::shutdown::on_signals();
+    shutdown.requested().await;
+    let stats = sink.stats();
+    let _ = sink.stop().await;
+    println!(
+        "{}",
+        serde_json::to_string(&stats).expect("stats serialize")
+    );
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// A slow refill (one record per second) keeps the arithmetic immune to how long the
+    /// requests take on a busy machine.
+    async fn start(burst: u32, style: RetryAfterStyle) -> SimSink {
+        let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1.0);
+        config.burst = burst;
+        config.reject_field = Some("poison".into());
+        config.retry_after = style;
+        config.latency.base = Duration::from_millis(1);
+        SimSink::start(config).await.unwrap()
+    }
+
+    fn batch(keys: &[&str]) -> Value {
+        Value::Array(
+            keys.iter()
+                .map(|k| json!({"key": k, "source": "t", "record": {"id": k}}))
+                .collect(),
+        )
+    }
+
+    #[tokio::test]
+    async fn stores_by_key_throttles_beyond_capacity_and_reports() {
+        let sim = start(10, RetryAfterStyle::Millis).await;
+        let http = reqwest::Client::new();
+        let post = |body: Value| http.post(sim.ingest_url()).json(&body).send();
+
+        let r = post(batch(&["a", "b", "c"])).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.json::<Value>().await.unwrap(),
+            json!({"inserted": 3, "duplicates": 0})
+        );
+        let r = post(batch(&["c", "d"])).await.unwrap();
+        assert_eq!(
+            r.json::<Value>().await.unwrap(),
+            json!({"inserted": 1, "duplicates": 1})
+        );
+        // Five records of the ten-record bucket are spent: six do not fit.
+        let r = post(batch(&["e", "f", "g", "h", "i", "j"])).await.unwrap();
+        assert_eq!(r.status(), 429);
+        let ms: u64 = r.headers()["x-ms-retry-after-ms"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (500..=1000).contains(&ms),
+            "{ms} ms for one missing record at 1 rec/s"
+        );
+        assert_eq!(r.headers()["retry-after"], "1");
+
+        let r = post(json!([{"key": "p", "record": {"poison": true}}]))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 422);
+        let r = http
+            .post(sim.ingest_url())
+            .body("{not json")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let r = post(json!([{"record": {}}])).await.unwrap();
+        assert_eq!(r.status(), 422);
+
+        let s: SimStats = http
+            .get(format!("http://{}/stats", sim.addr()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(s, sim.stats());
+        assert_eq!(
+            (s.requests, s.accepted, s.inserted, s.duplicates),
+            (6, 5, 4, 1)
+        );
+        assert_eq!((s.rejected, s.rejected_records, s.malformed), (1, 6, 3));
+        assert_eq!(s.records_received, 3 + 2 + 6 + 1);
+        assert_eq!(s.windows.iter().map(|w| w.accepted).sum::<u64>(), 5);
+        assert_eq!(s.windows.iter().map(|w| w.requests).sum::<u64>(), 6);
+        assert_eq!(sim.keys(), ["a", "b", "c", "d"]);
+        sim.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn ndjson_bodies_and_ratelimit_answers() {
+        let sim = start(2, RetryAfterStyle::Ratelimit).await;
+        let http = reqwest::Client::new();
+        let body = "{\"key\":\"1\",\"record\":{}}\n{\"key\":\"2\",\"record\":{}}\n";
+        let send = || {
+            http.post(sim.ingest_url())
+                .header("content-type", "application/x-ndjson")
+                .body(body)
+                .send()
+        };
+        assert_eq!(send().await.unwrap().status(), 200);
+        let r = send().await.unwrap();
+        assert_eq!(r.status(), 429);
+        // Two records missing at one per second.
+        assert_eq!(r.headers()["ratelimit"], "limit=2, remaining=0, reset=2");
+        assert!(r.headers().get("retry-after").is_none());
+        sim.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn outages_answer_503_or_hold_the_request() {
+        let sim = start(100, RetryAfterStyle::None).await;
+        let http = reqwest::Client::new();
+        let switch = |seconds: f64, mode: &str| {
+            http.post(format!("http://{}/outage", sim.addr()))
+                .json(&json!({"seconds": seconds, "mode": mode}))
+                .send()
+        };
+        assert_eq!(switch(30.0, "503").await.unwrap().status(), 200);
+        let r = http
+            .post(sim.ingest_url())
+            .json(&batch(&["a"]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        assert!(r.headers().get("retry-after").is_none());
+        switch(0.3, "hang").await.unwrap();
+        let started = std::time::Instant::now();
+        let r = http
+            .post(sim.ingest_url())
+            .json(&batch(&["a"]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        switch(0.0, "503").await.unwrap();
+        let r = http
+            .post(sim.ingest_url())
+            .json(&batch(&["a"]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!((sim.stats().unavailable, sim.stats().inserted), (2, 1));
+        sim.stop().await.unwrap();
+    }
+}

@@ -1,0 +1,215 @@
+//! The emulator's HTTP face (axum): `POST /ingest` takes a batch in sluice's envelope
+//! (a JSON array, or NDJSON with `Content-Type: application/x-ndjson`), `GET /stats`
+//! reports, `POST /outage` switches an outage on or off.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::capacity::Capacity;
+use super::latency::LatencyModel;
+use super::ledger::{Ledger, SimStats};
+use super::outage::{Outage, OutageMode};
+use super::{RetryAfterStyle, SimSinkConfig};
+
+pub struct Shared {
+    started: Instant,
+    latency: LatencyModel,
+    reject_field: Option<String>,
+    retry_after: RetryAfterStyle,
+    burst: u32,
+    capacity: Mutex<Capacity>,
+    outage: Mutex<Outage>,
+    ledger: Mutex<Ledger>,
+    in_progress: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(config: &SimSinkConfig) -> Self {
+        Shared {
+            started: Instant::now(),
+            latency: config.latency,
+            reject_field: config.reject_field.clone(),
+            retry_after: config.retry_after,
+            burst: config.burst,
+            capacity: Mutex::new(Capacity::new(config.capacity, config.burst)),
+            outage: Mutex::new(Outage::default()),
+            ledger: Mutex::new(Ledger::default()),
+            in_progress: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        lock(&self.ledger)
+    }
+
+    pub fn set_outage(&self, length: Duration, mode: OutageMode) {
+        lock(&self.outage).set(self.now(), length, mode);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/ingest", post(ingest))
+        .route("/stats", get(stats))
+        .route("/outage", post(outage))
+        .with_state(shared)
+}
+
+/// Counts a request in progress for as long as it lives.
+struct InProgress<'a>(&'a AtomicU64);
+
+impl Drop for InProgress<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+async fn ingest(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let concurrency = s.in_progress.fetch_add(1, Relaxed) + 1;
+    let _in_progress = InProgress(&s.in_progress);
+    let now = s.now();
+    s.ledger().request(now, concurrency);
+
+    let outage = lock(&s.outage).active(now);
+    if let Some((mode, left)) = outage {
+        s.ledger().unavailable();
+        if mode == OutageMode::Hang {
+            tokio::time::sleep(left).await;
+        }
+        return (StatusCode::SERVICE_UNAVAILABLE, "outage").into_response();
+    }
+
+    let items = match read_items(&headers, &body) {
+        Ok(items) => items,
+        Err((status, message)) => {
+            s.ledger().malformed();
+            return (status, message).into_response();
+        }
+    };
+    let n = items.len() as u64;
+    s.ledger().received(n);
+    if let Some(field) = &s.reject_field {
+        let bad: Vec<usize> = items
+            .iter()
+            .enumerate()
+            .filter(|(_, item)| item.record.get(field.as_str()).is_some())
+            .map(|(i, _)| i)
+            .collect();
+        if !bad.is_empty() {
+            s.ledger().malformed();
+            let message = format!("records {bad:?} carry the field {field:?}");
+            return (StatusCode::UNPROCESSABLE_ENTITY, message).into_response();
+        }
+    }
+
+    let verdict = lock(&s.capacity).try_take(n, now);
+    if let Err(wait) = verdict {
+        s.ledger().throttled(now, n);
+        return throttled(wait, s.retry_after, s.burst);
+    }
+    let (inserted, duplicates) = s.ledger().accept(now, items.iter().map(|i| i.key.as_str()));
+    // Stored before the answer: a client that gives up waiting has still written.
+    tokio::time::sleep(s.latency.delay(concurrency as u32)).await;
+    Json(json!({"inserted": inserted, "duplicates": duplicates})).into_response()
+}
+
+/// One record in sluice's envelope.
+#[derive(Deserialize)]
+struct Item {
+    key: String,
+    record: Value,
+}
+
+fn read_items(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Item>, (StatusCode, String)> {
+    let ndjson = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-ndjson"));
+    let values: Vec<Value> = if ndjson {
+        body.split(|b| *b == b'\n')
+            .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+            .map(serde_json::from_slice)
+            .collect::<Result<_, _>>()
+    } else {
+        serde_json::from_slice(body)
+    }
+    .map_err(|e| (StatusCode::BAD_REQUEST, format!("unreadable body: {e}")))?;
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            serde_json::from_value(v).map_err(|e| {
+                (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("record {i} is not {{\"key\": string, \"record\": …}}: {e}"),
+                )
+            })
+        })
+        .collect()
+}
+
+fn throttled(wait: Duration, style: RetryAfterStyle, burst: u32) -> Response {
+    let whole_seconds = wait.as_secs_f64().ceil() as u64;
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, "over capacity").into_response();
+    let h = response.headers_mut();
+    let mut set = |name: &'static str, value: String| {
+        h.insert(name, HeaderValue::from_str(&value).expect("ASCII header"));
+    };
+    match style {
+        RetryAfterStyle::Millis => {
+            set("retry-after", whole_seconds.to_string());
+            let millis = (wait.as_secs_f64() * 1000.0).ceil() as u64;
+            set("x-ms-retry-after-ms", millis.to_string());
+        }
+        RetryAfterStyle::Seconds => set("retry-after", whole_seconds.to_string()),
+        RetryAfterStyle::Ratelimit => set(
+            "ratelimit",
+            format!("limit={burst}, remaining=0, reset={whole_seconds}"),
+        ),
+        RetryAfterStyle::None => {}
+    }
+    response
+}
+
+async fn stats(State(s): State<Arc<Shared>>) -> Json<SimStats> {
+    Json(s.ledger().stats())
+}
+
+#[derive(Deserialize)]
+struct OutageRequest {
+    seconds: f64,
+    #[serde(default)]
+    mode: OutageMode,
+}
+
+async fn outage(State(s): State<Arc<Shared>>, Json(req): Json<OutageRequest>) -> Response {
+    match Duration::try_from_secs_f64(req.seconds) {
+        Ok(length) => {
+            s.set_outage(length, req.mode);
+            Json(json!({"seconds": req.seconds, "mode": req.mode})).into_response()
+        }
+        Err(_) => (StatusCode::UNPROCESSABLE_ENTITY, "seconds must be ≥ 0").into_response(),
+    }
+}

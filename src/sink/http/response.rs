@@ -1,0 +1,172 @@
+//! What an HTTP answer means for the pipeline.
+//!
+//! | answer | outcome |
+//! |---|---|
+//! | 2xx | written; `{"inserted": n, "duplicates": m}` in the body, if present, is believed |
+//! | 429, 503 | throttled, with the wait the headers ask for |
+//! | 408, 500, 502, 504–599 | transient: retried, then dead-lettered after `max_attempts` |
+//! | 401, 403, 404, 405, 407, 501 | fatal: a wrong URL, method or credential is not the records' fault, and dead-lettering every record for it would be worse than stopping |
+//! | other 4xx (400, 413, 422, …) | rejected: the batch is split to find the bad records |
+//! | anything else | fatal |
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+
+use crate::control::retry_after;
+use crate::sink::WriteOutcome;
+
+/// Most of a response body quoted in a reason.
+const QUOTED_BODY: usize = 200;
+
+pub fn classify(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    rows: usize,
+    now: SystemTime,
+    max_delay: Duration,
+) -> WriteOutcome {
+    let reason = || describe(status, body);
+    match status.as_u16() {
+        200..=299 => written(body, rows as u64),
+        429 | 503 => WriteOutcome::Throttled {
+            retry_after: retry_after::from_headers(headers, now, max_delay),
+            reason: reason(),
+        },
+        408 | 500 | 502 | 504..=599 => WriteOutcome::Transient(reason()),
+        401 | 403 | 404 | 405 | 407 | 501 => WriteOutcome::Fatal(reason()),
+        400..=499 => WriteOutcome::Rejected {
+            rows: None,
+            reason: reason(),
+        },
+        _ => WriteOutcome::Fatal(format!("unexpected answer: {}", reason())),
+    }
+}
+
+#[derive(Deserialize)]
+struct Counts {
+    inserted: Option<u64>,
+    duplicates: Option<u64>,
+}
+
+/// An endpoint that deduplicates may say how many keys it already had.
+fn written(body: &[u8], rows: u64) -> WriteOutcome {
+    let duplicates = serde_json::from_slice::<Counts>(body)
+        .ok()
+        .and_then(|c| {
+            c.duplicates
+                .or_else(|| c.inserted.map(|i| rows.saturating_sub(i)))
+        })
+        .unwrap_or(0)
+        .min(rows);
+    WriteOutcome::Written {
+        inserted: rows - duplicates,
+        duplicates,
+    }
+}
+
+fn describe(status: StatusCode, body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(QUOTED_BODY)]);
+    let text = text.trim();
+    if text.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status}: {text}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn outcome(code: u16, headers: &[(&'static str, &str)], body: &str) -> WriteOutcome {
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        classify(
+            StatusCode::from_u16(code).unwrap(),
+            &h,
+            body.as_bytes(),
+            10,
+            SystemTime::UNIX_EPOCH,
+            Duration::from_secs(30),
+        )
+    }
+
+    #[test]
+    fn success_with_and_without_counts() {
+        let w = |inserted, duplicates| WriteOutcome::Written {
+            inserted,
+            duplicates,
+        };
+        assert_eq!(outcome(200, &[], ""), w(10, 0));
+        assert_eq!(outcome(204, &[], ""), w(10, 0));
+        assert_eq!(
+            outcome(200, &[], r#"{"inserted":7,"duplicates":3}"#),
+            w(7, 3)
+        );
+        assert_eq!(outcome(201, &[], r#"{"duplicates":4}"#), w(6, 4));
+        assert_eq!(outcome(200, &[], r#"{"inserted":8}"#), w(8, 2));
+        assert_eq!(outcome(200, &[], r#"{"duplicates":99}"#), w(0, 10));
+        assert_eq!(outcome(200, &[], "OK"), w(10, 0));
+    }
+
+    #[test]
+    fn throttles_carry_their_wait() {
+        assert_eq!(
+            outcome(429, &[("retry-after", "3")], "slow down"),
+            WriteOutcome::Throttled {
+                retry_after: Some(Duration::from_secs(3)),
+                reason: "HTTP 429 Too Many Requests: slow down".into()
+            }
+        );
+        assert!(matches!(
+            outcome(503, &[], ""),
+            WriteOutcome::Throttled {
+                retry_after: None,
+                ..
+            }
+        ));
+        assert!(matches!(
+            outcome(429, &[("x-ms-retry-after-ms", "99999999")], ""),
+            WriteOutcome::Throttled { retry_after: Some(d), .. } if d == Duration::from_secs(30)
+        ));
+    }
+
+    #[test]
+    fn transient_fatal_and_rejected() {
+        for code in [408, 500, 502, 504, 507, 599] {
+            assert!(
+                matches!(outcome(code, &[], ""), WriteOutcome::Transient(_)),
+                "{code}"
+            );
+        }
+        for code in [401, 403, 404, 405, 407, 501, 302] {
+            assert!(
+                matches!(outcome(code, &[], ""), WriteOutcome::Fatal(_)),
+                "{code}"
+            );
+        }
+        for code in [400, 409, 413, 422, 451] {
+            assert!(
+                matches!(
+                    outcome(code, &[], ""),
+                    WriteOutcome::Rejected { rows: None, .. }
+                ),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn reasons_quote_at_most_a_little_of_the_body() {
+        let WriteOutcome::Rejected { reason, .. } = outcome(422, &[], &"x".repeat(5000)) else {
+            panic!()
+        };
+        assert!(reason.len() < 300);
+    }
+}
