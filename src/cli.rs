@@ -201,9 +201,16 @@ async fn run(args: RunArgs) -> u8 {
         sink.clone(),
         Decoder::new(config.sink.key.clone()),
         cadence,
-        Delivery::new(sink, &config.retry, stats.clone()).with_backpressure(Arc::new(
-            Backpressure::new(&config.throttle, &config.retry, &config.rate, stats.clone()),
-        )),
+        Delivery::new(sink, &config.retry, stats.clone())
+            .with_limit(Arc::new(crate::control::limit::gate::LimitGate::new(
+                config.concurrency.build(),
+            )))
+            .with_backpressure(Arc::new(Backpressure::new(
+                &config.throttle,
+                &config.retry,
+                &config.rate,
+                stats.clone(),
+            ))),
         stats.clone(),
         RunOptions {
             until_empty: args.until_empty,

@@ -238,14 +238,36 @@ impl Default for RetryConfig {
 pub enum ConcurrencyAlgorithm {
     #[default]
     Fixed,
+    Aimd,
+    Vegas,
+    Gradient2,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConcurrencyConfig {
     pub algorithm: ConcurrencyAlgorithm,
-    /// Most batches in flight at once.
+    /// Most batches in flight at once (the limit itself with `fixed`).
     pub max: usize,
+    /// Where an adaptive limit starts, and its floor.
+    pub initial: usize,
+    pub min: usize,
+    /// aimd: the latency the judged percentile must stay under.
+    #[serde(with = "humantime_serde")]
+    pub target_latency: Duration,
+    /// aimd: the percentile of the window judged (0.95 = p95).
+    pub percentile: f64,
+    /// aimd: samples per judgement.
+    pub window: usize,
+    /// aimd: added while under target and used; multiplied by on a miss or a drop.
+    pub increase: f64,
+    pub backoff_ratio: f64,
+    /// vegas, gradient2: share of a new estimate taken each time (1.0 = all).
+    pub smoothing: f64,
+    /// gradient2: how much slower than the long-term average is still fine.
+    pub tolerance: f64,
+    /// gradient2: writes allowed to queue at the sink.
+    pub queue: f64,
 }
 
 impl Default for ConcurrencyConfig {
@@ -253,6 +275,52 @@ impl Default for ConcurrencyConfig {
         ConcurrencyConfig {
             algorithm: ConcurrencyAlgorithm::Fixed,
             max: 4,
+            initial: 4,
+            min: 1,
+            target_latency: Duration::from_millis(200),
+            percentile: 0.95,
+            window: 10,
+            increase: 1.0,
+            backoff_ratio: 0.9,
+            smoothing: 0.2,
+            tolerance: 1.5,
+            queue: 1.0,
+        }
+    }
+}
+
+impl ConcurrencyConfig {
+    /// The limit this configuration describes.
+    pub fn build(&self) -> Box<dyn crate::control::limit::ConcurrencyLimit> {
+        use crate::control::limit::{aimd, fixed, gradient2, vegas};
+        let initial = self.initial.clamp(self.min, self.max);
+        match self.algorithm {
+            ConcurrencyAlgorithm::Fixed => Box::new(fixed::FixedLimit(self.max)),
+            ConcurrencyAlgorithm::Aimd => Box::new(aimd::AimdLimit::new(
+                initial,
+                self.min,
+                self.max,
+                self.increase,
+                self.backoff_ratio,
+                self.target_latency,
+                self.percentile,
+                self.window,
+            )),
+            ConcurrencyAlgorithm::Vegas => Box::new(vegas::VegasLimit::new(
+                initial,
+                self.min,
+                self.max,
+                self.smoothing,
+                rand::random(),
+            )),
+            ConcurrencyAlgorithm::Gradient2 => Box::new(gradient2::Gradient2Limit::new(
+                initial,
+                self.min,
+                self.max,
+                self.smoothing,
+                self.tolerance,
+                self.queue,
+            )),
         }
     }
 }

@@ -11,9 +11,12 @@ use std::sync::Arc;
 use crate::backpressure::Backpressure;
 use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
+use crate::control::limit::fixed::FixedLimit;
+use crate::control::limit::gate::LimitGate;
 use crate::record::{DeadLetter, Position, Row};
 use crate::sink::{Sink, WriteOutcome};
 use crate::stats::Stats;
+use crate::telemetry::metrics::{REQUESTS, WRITE_SECONDS};
 
 /// After this many throttles in a row a batch may be larger than the sink ever takes at
 /// once (its burst): split it rather than livelock on it.
@@ -37,6 +40,7 @@ pub struct Delivery {
     backoff: Backoff,
     max_attempts: u32,
     pressure: Arc<Backpressure>,
+    gate: Arc<LimitGate>,
     stats: Arc<Stats>,
 }
 
@@ -66,12 +70,35 @@ impl Delivery {
             backoff: Backoff::from_config(retry),
             max_attempts: retry.max_attempts,
             pressure: Arc::new(pressure),
+            gate: Arc::new(LimitGate::new(Box::new(FixedLimit(usize::MAX)))),
             stats,
         }
     }
 
     pub fn with_backpressure(self, pressure: Arc<Backpressure>) -> Self {
         Delivery { pressure, ..self }
+    }
+
+    /// Reports every write to `gate`, whose limit the pipeline then admits batches by.
+    pub fn with_limit(self, gate: Arc<LimitGate>) -> Self {
+        Delivery { gate, ..self }
+    }
+
+    pub fn gate(&self) -> Arc<LimitGate> {
+        self.gate.clone()
+    }
+
+    /// One write, measured: its latency and outcome feed the concurrency limit and the
+    /// metrics.
+    async fn write(&self, rows: &[Row]) -> WriteOutcome {
+        let inflight = self.gate.started();
+        let began = std::time::Instant::now();
+        let outcome = self.sink.write(rows).await;
+        let rtt = began.elapsed();
+        self.gate.finished(rtt, inflight, outcome.is_drop());
+        metrics::histogram!(WRITE_SECONDS).record(rtt.as_secs_f64());
+        metrics::counter!(REQUESTS, "outcome" => outcome.label()).increment(1);
+        outcome
     }
 
     pub fn backpressure(&self) -> Arc<Backpressure> {
@@ -98,7 +125,7 @@ impl Delivery {
                 self.pressure.first_attempt();
             }
             let sent_at = self.pressure.clear_to_send().await;
-            match self.sink.write(&piece.rows).await {
+            match self.write(&piece.rows).await {
                 WriteOutcome::Written {
                     inserted,
                     duplicates,

@@ -19,6 +19,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::backpressure::Backpressure;
 use crate::control::cadence::Cadence;
+use crate::control::limit::gate::LimitGate;
 use crate::control::target_rate::TargetRate;
 use crate::decode::Decoder;
 use crate::delivery::{Batch, Delivery, FatalSinkError};
@@ -65,6 +66,7 @@ pub struct Pipeline {
     target_rate: TargetRate,
     delivery: Arc<Delivery>,
     pressure: Arc<Backpressure>,
+    gate: Arc<LimitGate>,
     stats: Arc<Stats>,
     options: RunOptions,
 }
@@ -82,6 +84,7 @@ impl Pipeline {
         options: RunOptions,
     ) -> Self {
         let pressure = delivery.backpressure();
+        let gate = delivery.gate();
         pressure.set_ceiling(cadence.rate());
         Pipeline {
             source,
@@ -90,6 +93,7 @@ impl Pipeline {
             target_rate: TargetRate::new(cadence.rate()),
             cadence,
             pressure,
+            gate,
             delivery: Arc::new(delivery),
             stats,
             options,
@@ -134,7 +138,7 @@ impl Pipeline {
             let stopping = stop_deadline.is_some() || failure.is_some();
             while !stopping
                 && allowance > 0
-                && in_flight.len() < self.options.max_in_flight
+                && in_flight.len() < self.max_in_flight()
                 && !self.pressure.is_paused()
             {
                 let remaining = self
@@ -250,6 +254,13 @@ impl Pipeline {
                 }
             }
         }
+    }
+
+    /// Batches allowed in flight now: the concurrency limit, never above the configured max.
+    fn max_in_flight(&self) -> usize {
+        let limit = self.gate.limit().min(self.options.max_in_flight);
+        self.stats.concurrency_limit.store(limit as u64, Relaxed);
+        limit
     }
 
     /// Records the pipeline may hold at once: a batch per slot plus the one being pulled.

@@ -41,6 +41,30 @@ pub enum WriteOutcome {
     Fatal(String),
 }
 
+impl WriteOutcome {
+    /// The outcome's name, for metrics labels.
+    pub fn label(&self) -> &'static str {
+        match self {
+            WriteOutcome::Written { .. } => "written",
+            WriteOutcome::Throttled { .. } => "throttled",
+            WriteOutcome::Unavailable(_) => "unavailable",
+            WriteOutcome::Transient(_) => "transient",
+            WriteOutcome::Rejected { .. } => "rejected",
+            WriteOutcome::Fatal(_) => "fatal",
+        }
+    }
+
+    /// The sink pushed back or failed to answer: a congestion signal for adaptive limits.
+    pub fn is_drop(&self) -> bool {
+        matches!(
+            self,
+            WriteOutcome::Throttled { .. }
+                | WriteOutcome::Unavailable(_)
+                | WriteOutcome::Transient(_)
+        )
+    }
+}
+
 #[async_trait]
 pub trait Sink: Send + Sync {
     /// Writes `rows` in one transaction (or one request): all or nothing.

@@ -4,6 +4,7 @@
 
 pub mod aimd;
 pub mod fixed;
+pub mod gate;
 pub mod gradient2;
 pub mod vegas;
 
