@@ -97,6 +97,7 @@ impl Delivery {
         let rtt = began.elapsed();
         self.gate.finished(rtt, inflight, outcome.is_drop());
         metrics::histogram!(WRITE_SECONDS).record(rtt.as_secs_f64());
+        self.stats.write_latency.record(rtt);
         metrics::counter!(REQUESTS, "outcome" => outcome.label()).increment(1);
         outcome
     }

@@ -39,6 +39,56 @@ pub struct Stats {
     pub last_retry_after_ms: AtomicU64,
     /// Times the whole worker stopped sending because the sink throttled it.
     pub pauses: AtomicU64,
+    /// Sink write latencies, for the p50/p95 in the summary.
+    pub write_latency: LatencyHistogram,
+}
+
+/// Latencies in buckets 5% apart from 0.1 ms to about 2 minutes: percentiles within 5%,
+/// in constant memory, updated without locks.
+#[derive(Debug)]
+pub struct LatencyHistogram {
+    buckets: Vec<AtomicU64>,
+}
+
+const LATENCY_BUCKETS: usize = 290;
+const LATENCY_FIRST_S: f64 = 1e-4;
+const LATENCY_GROWTH: f64 = 1.05;
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram {
+            buckets: (0..LATENCY_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl LatencyHistogram {
+    pub fn record(&self, latency: Duration) {
+        let s = latency.as_secs_f64().max(LATENCY_FIRST_S);
+        let i = ((s / LATENCY_FIRST_S).ln() / LATENCY_GROWTH.ln()).ceil() as usize;
+        self.buckets[i.min(LATENCY_BUCKETS - 1)].fetch_add(1, Relaxed);
+    }
+
+    /// The latency below which `q` of the writes finished (bucket upper bound); None if
+    /// nothing was recorded.
+    pub fn quantile(&self, q: f64) -> Option<Duration> {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut seen = 0;
+        for (i, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Some(Duration::from_secs_f64(
+                    LATENCY_FIRST_S * LATENCY_GROWTH.powi(i as i32),
+                ));
+            }
+        }
+        None
+    }
 }
 
 /// A share in (0, 1], kept as the bits of an `f64`; 1.0 until throttling changes it.
@@ -110,6 +160,8 @@ impl Stats {
             duplicates: self.duplicates.load(Relaxed),
             throttled: self.throttled.load(Relaxed),
             retries: self.retries.load(Relaxed),
+            write_p50_ms: self.write_latency.quantile(0.5).map(ms),
+            write_p95_ms: self.write_latency.quantile(0.95).map(ms),
             elapsed_s: (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
         }
     }
@@ -128,7 +180,14 @@ pub struct Summary {
     pub throttled: u64,
     /// Writes repeated after a transient failure or a throttle.
     pub retries: u64,
+    /// Sink write latency percentiles (within 5%), milliseconds.
+    pub write_p50_ms: Option<f64>,
+    pub write_p95_ms: Option<f64>,
     pub elapsed_s: f64,
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
 impl std::fmt::Display for Summary {
@@ -150,5 +209,28 @@ impl std::fmt::Display for Summary {
             self.elapsed_s,
             rate
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_percentiles_are_within_five_percent() {
+        let h = LatencyHistogram::default();
+        assert_eq!(h.quantile(0.5), None);
+        for ms in 1..=100 {
+            h.record(Duration::from_millis(ms));
+        }
+        let p50 = h.quantile(0.5).unwrap().as_secs_f64() * 1000.0;
+        let p95 = h.quantile(0.95).unwrap().as_secs_f64() * 1000.0;
+        assert!((50.0..=52.5).contains(&p50), "{p50}");
+        assert!((95.0..=99.75).contains(&p95), "{p95}");
+        h.record(Duration::from_secs(3600));
+        assert!(
+            h.quantile(1.0).unwrap() >= Duration::from_secs(100),
+            "the last bucket takes the rest"
+        );
     }
 }
