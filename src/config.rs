@@ -198,7 +198,13 @@ impl Config {
         }
         let mut figment = Figment::new()
             .merge(Toml::file_exact(path))
-            .merge(Env::prefixed("SLUICE_").split("__"));
+            // Every key lives in a section, so `SLUICE_SECTION__KEY`; variables without `__`
+            // (SLUICE_LOG) are not configuration.
+            .merge(
+                Env::prefixed("SLUICE_")
+                    .filter(|k| k.as_str().contains("__"))
+                    .split("__"),
+            );
         if let Some(rate) = overrides.records_per_second {
             figment = figment.merge(Serialized::default("rate.records_per_second", rate));
         }
