@@ -2,6 +2,7 @@
 //! command-line flags. Everything is validated before anything starts, so a typo exits 2
 //! with the key named instead of failing half-way through a drain.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    fn invalid(key: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(key: &'static str, message: impl Into<String>) -> Self {
         ConfigError::Invalid {
             key,
             message: message.into(),
@@ -49,6 +50,7 @@ pub struct Config {
 pub enum SourceKind {
     #[default]
     File,
+    Kafka,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -62,6 +64,43 @@ pub struct SourceConfig {
     /// A longer record is dead-lettered instead of being held in memory.
     #[serde(default = "default_max_record_bytes")]
     pub max_record_bytes: usize,
+    /// Kafka source: bootstrap servers, `host:port[,host:port…]`.
+    pub brokers: Option<String>,
+    /// Kafka source: the topic drained (and `sluice produce`'s destination).
+    pub topic: Option<String>,
+    /// Kafka source: consumer group; workers in one group share the topic's partitions.
+    pub group: Option<String>,
+    /// Kafka source: librdkafka properties passed through as they are (TLS, SASL, tuning).
+    #[serde(default)]
+    pub properties: BTreeMap<String, PropertyValue>,
+    /// Kafka source: how long `--until-empty` waits for the group to assign partitions.
+    #[serde(default = "default_assignment_timeout", with = "humantime_serde")]
+    pub assignment_timeout: Duration,
+}
+
+/// A librdkafka property value; TOML numbers and booleans are accepted as they read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PropertyValue {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Flag(bool),
+}
+
+impl std::fmt::Display for PropertyValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PropertyValue::Text(s) => f.write_str(s),
+            PropertyValue::Integer(i) => write!(f, "{i}"),
+            PropertyValue::Float(x) => write!(f, "{x}"),
+            PropertyValue::Flag(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+fn default_assignment_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 
 fn default_max_record_bytes() -> usize {
@@ -233,7 +272,9 @@ impl Config {
                     ));
                 }
             }
+            SourceKind::Kafka => {}
         }
+        crate::source::kafka::settings::validate(&self.source)?;
         if self.source.max_record_bytes == 0 {
             return Err(ConfigError::invalid(
                 "source.max_record_bytes",

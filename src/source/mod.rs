@@ -3,6 +3,7 @@
 //! over records the pipeline acknowledged.
 
 pub mod file;
+pub mod kafka;
 pub mod watermark;
 
 use async_trait::async_trait;
@@ -54,5 +55,6 @@ pub trait Source: Send {
 pub async fn open(config: &Config, follow: bool) -> Result<Box<dyn Source>, SourceError> {
     match config.source.kind {
         SourceKind::File => Ok(Box::new(file::FileSource::open(config, follow).await?)),
+        SourceKind::Kafka => Ok(Box::new(kafka::KafkaSource::open(config, follow).await?)),
     }
 }
