@@ -112,6 +112,7 @@ fn default_max_record_bytes() -> usize {
 pub enum SinkKind {
     #[default]
     Sqlite,
+    Postgres,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -126,6 +127,17 @@ pub struct SinkConfig {
     /// Most records written in one statement/transaction.
     #[serde(default = "default_max_batch")]
     pub max_batch: usize,
+    /// PostgreSQL: write into an existing table, column → JSON pointer into the payload
+    /// (`""` is the whole payload). Absent: the table is created as key, payload, source.
+    pub columns: Option<BTreeMap<String, String>>,
+    /// PostgreSQL with `columns`: the column that receives the record key; it must carry a
+    /// unique index so redelivery is absorbed.
+    pub key_column: Option<String>,
+    /// PostgreSQL: SQLSTATEs that mean "slow down" (treated like HTTP 429), e.g. "53300".
+    #[serde(default)]
+    pub throttle_sqlstates: Vec<String>,
+    /// PostgreSQL: connections in the pool; default `concurrency.max + 1`.
+    pub max_connections: Option<u32>,
 }
 
 fn default_table() -> String {
@@ -295,6 +307,7 @@ impl Config {
                 ),
             ));
         }
+        crate::sink::postgres::settings::validate(&self.sink)?;
         crate::sink::identifier::validate(&self.sink.table)
             .map_err(|e| ConfigError::invalid("sink.table", e))?;
         if let Some(key) = &self.sink.key

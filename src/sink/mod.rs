@@ -3,6 +3,7 @@
 //! split the batch, or dead-letter — and acknowledge only what is durably written.
 
 pub mod identifier;
+pub mod postgres;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -60,6 +61,7 @@ pub struct SinkError {
 pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
     match config.sink.kind {
         SinkKind::Sqlite => Ok(Arc::new(sqlite::SqliteSink::open(&config.sink).await?)),
+        SinkKind::Postgres => Ok(Arc::new(postgres::PostgresSink::open(config).await?)),
     }
 }
 
