@@ -13,9 +13,10 @@ use crate::control::clock::TokioClock;
 use crate::decode::Decoder;
 use crate::delivery::Delivery;
 use crate::pipeline::{Pipeline, RunOptions};
+use crate::produce::ProduceError;
 use crate::progress::Progress;
 use crate::stats::Stats;
-use crate::{shutdown, sink, source};
+use crate::{produce, shutdown, sink, source};
 
 const EXIT_RUNTIME: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
@@ -46,6 +47,18 @@ enum Command {
     Run(RunArgs),
     /// Validate the configuration and reach the source and the sink, then exit.
     Check(ConfigArgs),
+    /// Publish NDJSON lines to the configured queue, one message per line, keyed by
+    /// `sink.key`; prints how many the queue confirmed.
+    Produce(ProduceArgs),
+}
+
+#[derive(Debug, Args)]
+struct ProduceArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// NDJSON input; "-" reads stdin.
+    #[arg(value_name = "INPUT", default_value = "-")]
+    input: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +110,7 @@ pub fn main() -> ExitCode {
     let code = match cli.command {
         Command::Run(args) => runtime.block_on(run(args)),
         Command::Check(args) => runtime.block_on(check(args)),
+        Command::Produce(args) => runtime.block_on(produce(args)),
     };
     // Do not wait for stdin readers or lingering connections on the way out.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -219,4 +233,37 @@ async fn check(args: ConfigArgs) -> u8 {
         args.config.display()
     );
     0
+}
+
+async fn produce(args: ProduceArgs) -> u8 {
+    let config = match load(&args.config.config, &Overrides::default()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match produce::produce(&config, &args.input).await {
+        Ok(tally) => {
+            println!("{}", tally.delivered);
+            match tally.first_error {
+                Some(error) => {
+                    eprintln!(
+                        "sluice: {} delivered, {} not delivered (first error: {error})",
+                        tally.delivered, tally.failed
+                    );
+                    EXIT_RUNTIME
+                }
+                None => {
+                    eprintln!("sluice: {} records delivered", tally.delivered);
+                    0
+                }
+            }
+        }
+        Err(e @ ProduceError::NotAQueue(_)) => {
+            eprintln!("sluice: {e}");
+            EXIT_CONFIG
+        }
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            EXIT_RUNTIME
+        }
+    }
 }

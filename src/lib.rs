@@ -8,6 +8,7 @@ pub mod control;
 pub mod decode;
 pub mod delivery;
 pub mod pipeline;
+pub mod produce;
 pub mod progress;
 pub mod record;
 pub mod shutdown;
