@@ -14,9 +14,11 @@ use crate::sink::identifier::quote;
 /// Where each row goes and the statement that puts it there.
 #[derive(Debug, Clone)]
 pub enum Layout {
-    /// The table sluice creates: `key, payload jsonb, source, ingested_at`. Rows travel as
-    /// three parallel arrays, unnested server-side.
-    Created { insert: Arc<str> },
+    /// The table sluice creates: `key, payload jsonb, source, ingested_at`. A batch is
+    /// first COPYed straight in (the fast path, ~2.5x an INSERT); a batch holding a key
+    /// that is already there (a redelivery) fails as a whole with a unique violation and
+    /// is inserted instead, as three parallel arrays unnested server-side.
+    Created { copy: Arc<str>, insert: Arc<str> },
     /// An existing table: the key column gets the record key, each mapped column the
     /// value at its JSON pointer. Rows travel as one JSON array that PostgreSQL turns into
     /// the table's row type, so each value is converted by its column's own type.
@@ -31,6 +33,7 @@ impl Layout {
     pub fn created(table: &str) -> Self {
         let table = quote(table);
         Layout::Created {
+            copy: format!("COPY {table} (key, payload, source) FROM STDIN").into(),
             insert: format!(
                 "INSERT INTO {table} (key, payload, source) \
                  SELECT * FROM UNNEST($1::text[], $2::text[]::jsonb[], $3::text[]) \
@@ -63,11 +66,29 @@ impl Layout {
         }
     }
 
+    /// The COPY statement of the fast path, if this layout has one.
+    pub fn copy(&self) -> Option<&str> {
+        match self {
+            Layout::Created { copy, .. } => Some(copy),
+            Layout::Mapped { .. } => None,
+        }
+    }
+
+    /// Appends a row in COPY's text format: key, payload, source.
+    pub fn copy_line(row: &Row, data: &mut Vec<u8>) {
+        copy_field(&row.key, data);
+        data.push(b'\t');
+        copy_field(&row.payload, data);
+        data.push(b'\t');
+        copy_field(&row.origin, data);
+        data.push(b'\n');
+    }
+
     /// The batch's insert statement with its arguments bound.
     pub fn insert(&self, rows: &[Row]) -> Result<Query<'static, Postgres, PgArguments>, String> {
         let mut args = PgArguments::default();
         let sql = match self {
-            Layout::Created { insert } => {
+            Layout::Created { insert, .. } => {
                 let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
                 let payloads: Vec<&str> = rows.iter().map(|r| r.payload.as_str()).collect();
                 let origins: Vec<&str> = rows.iter().map(|r| r.origin.as_str()).collect();
@@ -94,6 +115,25 @@ impl Layout {
     }
 }
 
+/// Escapes a field for COPY's text format (backslash, tab, newline, carriage return).
+fn copy_field(field: &str, out: &mut Vec<u8>) {
+    let bytes = field.as_bytes();
+    let mut plain = 0;
+    for (i, b) in bytes.iter().enumerate() {
+        let escaped: &[u8] = match b {
+            b'\\' => b"\\\\",
+            b'\t' => b"\\t",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[plain..i]);
+        out.extend_from_slice(escaped);
+        plain = i + 1;
+    }
+    out.extend_from_slice(&bytes[plain..]);
+}
+
 /// `{key_column: key, column: value at its pointer, …}`; a missing value is left out
 /// (NULL in the row).
 fn mapped_object(row: &Row, key_column: &str, columns: &[(String, String)]) -> Value {
@@ -114,10 +154,14 @@ mod tests {
 
     #[test]
     fn statements_quote_every_name() {
-        let Layout::Created { insert } = Layout::created("ingest.records") else {
+        let Layout::Created { insert, copy } = Layout::created("ingest.records") else {
             unreachable!()
         };
         assert!(insert.starts_with("INSERT INTO \"ingest\".\"records\" (key, payload, source)"));
+        assert_eq!(
+            &*copy,
+            "COPY \"ingest\".\"records\" (key, payload, source) FROM STDIN"
+        );
         let columns = vec![("amount".to_string(), "/amount".to_string())];
         let Layout::Mapped { insert, .. } = Layout::mapped("orders", "order_id", &columns) else {
             unreachable!()
@@ -127,6 +171,21 @@ mod tests {
             "INSERT INTO \"orders\" (\"order_id\", \"amount\") SELECT r.\"order_id\", r.\"amount\" \
              FROM jsonb_populate_recordset(NULL::\"orders\", $1::text::jsonb) AS r \
              ON CONFLICT (\"order_id\") DO NOTHING"
+        );
+    }
+
+    #[test]
+    fn copy_data_escapes_what_the_text_format_needs() {
+        let rows = [Row {
+            key: "a\tb".into(),
+            payload: "{\"s\":\"x\\\"y\\\\z\"}".into(),
+            origin: "t/0/1\r\n".into(),
+        }];
+        let mut data = Vec::new();
+        Layout::copy_line(&rows[0], &mut data);
+        assert_eq!(
+            String::from_utf8(data).unwrap(),
+            "a\\tb\t{\"s\":\"x\\\\\"y\\\\\\\\z\"}\tt/0/1\\r\\n\n"
         );
     }
 

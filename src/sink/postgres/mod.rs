@@ -24,6 +24,9 @@ use crate::record::{DeadLetter, Row};
 /// is retried with backoff).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Bytes of COPY data sent at a time.
+const COPY_CHUNK: usize = 64 * 1024;
+
 pub struct PostgresSink {
     pool: PgPool,
     layout: Layout,
@@ -72,6 +75,25 @@ impl PostgresSink {
             layout,
             throttle_sqlstates: sink.throttle_sqlstates.clone(),
         })
+    }
+
+    /// The fast path: the whole batch in one COPY (all or nothing).
+    /// The data streams in chunks: no batch-sized buffer, whatever the batch.
+    async fn copy(&self, statement: &str, rows: &[Row]) -> Result<u64, sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        let mut copy = conn.copy_in_raw(statement).await?;
+        let mut chunk = Vec::with_capacity(COPY_CHUNK + 1024);
+        for row in rows {
+            Layout::copy_line(row, &mut chunk);
+            if chunk.len() >= COPY_CHUNK {
+                copy.send(chunk.as_slice()).await?;
+                chunk.clear();
+            }
+        }
+        if !chunk.is_empty() {
+            copy.send(chunk.as_slice()).await?;
+        }
+        copy.finish().await
     }
 
     async fn insert_dead_letters(&self, letters: &[DeadLetter]) -> Result<(), sqlx::Error> {
@@ -235,9 +257,27 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// SQLSTATE 23505: a key (or another unique column) is already there.
+fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
+}
+
 #[async_trait]
 impl Sink for PostgresSink {
     async fn write(&self, rows: &[Row]) -> WriteOutcome {
+        if let Some(copy) = self.layout.copy() {
+            match self.copy(copy, rows).await {
+                Ok(inserted) => {
+                    return WriteOutcome::Written {
+                        inserted,
+                        duplicates: 0,
+                    };
+                }
+                // A redelivered key: the insert below absorbs it.
+                Err(e) if is_unique_violation(&e) => {}
+                Err(e) => return self.outcome(e),
+            }
+        }
         let query = match self.layout.insert(rows) {
             Ok(q) => q,
             Err(e) => return WriteOutcome::Fatal(format!("cannot encode the batch: {e}")),

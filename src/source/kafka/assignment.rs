@@ -116,7 +116,7 @@ impl Assignment {
     }
 
     /// Registers a fetched record; false when its partition is not ours (any more).
-    pub fn admit(&mut self, partition: i32, offset: u64, now: Instant) -> bool {
+    pub fn admit(&mut self, partition: i32, offset: u64) -> bool {
         let Some(lane) = self.lanes.as_mut().and_then(|l| l.get_mut(&partition)) else {
             return false;
         };
@@ -124,8 +124,12 @@ impl Assignment {
         lane.stored.get_or_insert(offset);
         watermark.pulled(offset, offset + 1);
         lane.at_end = false;
-        self.last_activity = now;
         true
+    }
+
+    /// Records arrived at `now`: the quiet spell starts again.
+    pub fn active(&mut self, now: Instant) {
+        self.last_activity = now;
     }
 
     /// Whether `partition` is held under the same assignment as at `epoch`: a record
@@ -195,15 +199,22 @@ impl Assignment {
         }
     }
 
+    /// Every held partition is at its end: nothing more to fetch right now.
+    pub fn all_at_end(&self) -> bool {
+        self.lanes
+            .as_ref()
+            .is_some_and(|lanes| lanes.values().all(|lane| lane.at_end))
+    }
+
     /// Nothing left: every held partition is at its end, nothing handed out is unsettled,
     /// and no record or rebalance came for `quiet`. No assignment yet is not empty.
     pub fn caught_up(&self, now: Instant, quiet: Duration) -> bool {
-        let Some(lanes) = &self.lanes else {
-            return false;
-        };
-        lanes
-            .values()
-            .all(|lane| lane.at_end && lane.outstanding() == 0)
+        self.all_at_end()
+            && self
+                .lanes
+                .iter()
+                .flatten()
+                .all(|(_, lane)| lane.outstanding() == 0)
             && now.saturating_duration_since(self.last_activity) >= quiet
     }
 
@@ -245,9 +256,9 @@ mod tests {
 
     #[test]
     fn commits_only_below_the_first_unsettled_record() {
-        let (mut a, t0) = held(&[0, 1]);
+        let (mut a, _) = held(&[0, 1]);
         for offset in 100..105 {
-            assert!(a.admit(0, offset, t0));
+            assert!(a.admit(0, offset));
         }
         assert!(
             !a.ack(0, 101),
@@ -259,21 +270,21 @@ mod tests {
         assert_eq!(a.due(), vec![(0, 103)]);
         a.stored(&[(0, 103)]);
         assert_eq!(a.due(), Vec::new());
-        assert!(!a.admit(7, 1, t0), "partition 7 is not ours");
+        assert!(!a.admit(7, 1), "partition 7 is not ours");
     }
 
     #[test]
     fn stale_acks_after_a_rebalance_change_nothing() {
         let (mut a, t0) = held(&[0]);
         for offset in 10..13 {
-            a.admit(0, offset, t0);
+            a.admit(0, offset);
         }
         a.ack(0, 10);
         assert_eq!(a.revoke(&[0], t0), vec![(0, 11)]);
         a.assign(&[0], t0);
         // Refetched from the store: 11 and 12 again.
-        a.admit(0, 11, t0);
-        a.admit(0, 12, t0);
+        a.admit(0, 11);
+        a.admit(0, 12);
         // The old delivery of 10 acks again: below the watermark, ignored; it must not
         // mark the unwritten 11 as settled.
         assert!(!a.ack(0, 10));
@@ -286,8 +297,8 @@ mod tests {
     fn records_fetched_before_a_reassignment_are_not_handed_out() {
         let (mut a, t0) = held(&[0, 1]);
         let before = a.epoch();
-        a.admit(0, 5, t0);
-        a.admit(1, 5, t0);
+        a.admit(0, 5);
+        a.admit(1, 5);
         // An incremental rebalance takes partition 1 away and gives it back.
         a.revoke(&[1], t0);
         a.assign(&[1], t0);
@@ -318,7 +329,7 @@ mod tests {
     #[test]
     fn caught_up_needs_every_end_no_unsettled_record_and_quiet() {
         let (mut a, t0) = held(&[0, 1]);
-        a.admit(0, 0, t0);
+        a.admit(0, 0);
         a.reached_end(0);
         a.reached_end(1);
         let later = t0 + Duration::from_secs(1);
@@ -329,7 +340,7 @@ mod tests {
             !a.caught_up(t0 + Duration::from_millis(100), QUIET),
             "not quiet yet"
         );
-        a.admit(1, 5, later);
+        a.admit(1, 5);
         assert!(
             !a.caught_up(later + QUIET, QUIET),
             "partition 1 got a record after its end"
@@ -338,12 +349,12 @@ mod tests {
 
     #[test]
     fn backlog_sums_high_minus_committed() {
-        let (mut a, t0) = held(&[0, 1]);
+        let (mut a, _) = held(&[0, 1]);
         assert_eq!(a.backlog(), None);
         a.reported(0, 100, 40);
         a.reported(1, 50, -1001);
         assert_eq!(a.backlog(), None, "partition 1 committed offset unknown");
-        a.admit(1, 20, t0);
+        a.admit(1, 20);
         a.ack(1, 20);
         assert_eq!(a.backlog(), Some(60 + 29));
         // A broker reporting a high watermark below the committed offset counts as 0.
@@ -353,8 +364,8 @@ mod tests {
 
     #[test]
     fn a_failed_async_commit_is_retried() {
-        let (mut a, t0) = held(&[3]);
-        a.admit(3, 0, t0);
+        let (mut a, _) = held(&[3]);
+        a.admit(3, 0);
         a.ack(3, 0);
         a.stored(&[(3, 1)]);
         assert_eq!(a.due(), Vec::new());

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures::FutureExt;
+use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
@@ -22,7 +22,8 @@ use super::{Backlog, Pulled, Source, SourceError};
 use crate::config::Config;
 use crate::record::{Position, Record};
 
-/// How long a pull waits for a first record when none is ready.
+/// How long a pull waits for records that are not ready yet (never once every partition
+/// is at its end).
 const PULL_WAIT: Duration = Duration::from_millis(50);
 /// Settled offsets are committed at most this often while running (always on revoke and
 /// close): a crash redelivers at most this much, which the sink absorbs.
@@ -105,7 +106,7 @@ impl KafkaSource {
     fn admit(&self, message: &BorrowedMessage<'_>) -> Option<Record> {
         let partition = message.partition();
         let offset = u64::try_from(message.offset()).ok()?;
-        if !lock(&self.assignment).admit(partition, offset, Instant::now()) {
+        if !lock(&self.assignment).admit(partition, offset) {
             return None;
         }
         let body = message.payload().unwrap_or_default();
@@ -198,18 +199,17 @@ impl Source for KafkaSource {
         let mut epoch = lock(&self.assignment).epoch();
         let mut records = Vec::with_capacity(max.min(4096));
         let deadline = tokio::time::Instant::now() + PULL_WAIT;
+        let mut stream = self.consumer.stream();
         while records.len() < max {
-            let next = if records.is_empty() {
-                match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
-                    Ok(next) => next,
-                    Err(_) => break,
-                }
-            } else {
-                // More only if it is ready now: the pull never waits once it has records.
-                match self.consumer.recv().now_or_never() {
-                    Some(next) => next,
-                    None => break,
-                }
+            // What is ready first; then wait, until the deadline, only while more may come:
+            // a pull under load returns a full batch, a caught-up pull returns at once.
+            let next = match stream.next().now_or_never() {
+                Some(Some(next)) => next,
+                None if lock(&self.assignment).all_at_end() => break,
+                _ => match tokio::time::timeout_at(deadline, stream.next()).await {
+                    Ok(Some(next)) => next,
+                    _ => break,
+                },
             };
             {
                 let assignment = lock(&self.assignment);
@@ -231,8 +231,14 @@ impl Source for KafkaSource {
                 Err(e) => tracing::warn!("kafka: {e}"),
             }
         }
-        let caught_up =
-            records.is_empty() && lock(&self.assignment).caught_up(Instant::now(), QUIET);
+        drop(stream);
+        let caught_up = {
+            let mut assignment = lock(&self.assignment);
+            if !records.is_empty() {
+                assignment.active(Instant::now());
+            }
+            records.is_empty() && assignment.caught_up(Instant::now(), QUIET)
+        };
         self.check_assignment()?;
         Ok(Pulled { records, caught_up })
     }

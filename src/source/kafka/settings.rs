@@ -36,10 +36,15 @@ const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("session.timeout.ms", "6000"),
     ("heartbeat.interval.ms", "1000"),
     // Bounded prefetch: memory stays flat whatever the backlog (librdkafka's defaults
-    // allow 64 MB and 100,000 messages in the local queue).
-    ("queued.max.messages.kbytes", "8192"),
-    ("queued.min.messages", "20000"),
-    ("fetch.max.bytes", "8388608"),
+    // allow 64 MB and 100,000 messages per partition in the local queue, and fetch up to
+    // 50 MB at once).
+    ("queued.max.messages.kbytes", "2048"),
+    ("queued.min.messages", "5000"),
+    ("fetch.max.bytes", "1048576"),
+    ("max.partition.fetch.bytes", "131072"),
+    // Once the queue is full the fetcher pauses this long (1 s by default) before it
+    // tops it up: with a small queue that pause, not the sink, would set the pace.
+    ("fetch.queue.backoff.ms", "20"),
     // High watermarks for `backlog()` come from the client's statistics, not from extra
     // requests (which some brokers answer wrongly).
     ("statistics.interval.ms", "1000"),
