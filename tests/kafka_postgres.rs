@@ -290,3 +290,77 @@ async fn produce_refuses_a_source_that_is_not_a_queue() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_throttling_sqlstate_slows_down_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("kp_throttle");
+    let table = topic.clone();
+    create_topic(&topic, PARTITIONS);
+    // The first three INSERT statements are refused with SQLSTATE 53300, as a database
+    // that sheds load would.
+    pg_execute(&format!(
+        "CREATE TABLE {table} (key text PRIMARY KEY, payload jsonb NOT NULL, source text,
+            ingested_at timestamptz NOT NULL DEFAULT now());
+         CREATE SEQUENCE {table}_calls;
+         CREATE FUNCTION {table}_shed() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF nextval('{table}_calls') <= 3 THEN
+             RAISE EXCEPTION 'too many requests' USING ERRCODE = '53300';
+           END IF;
+           RETURN NULL;
+         END $$;
+         CREATE TRIGGER shed BEFORE INSERT ON {table}
+           FOR EACH STATEMENT EXECUTE FUNCTION {table}_shed();"
+    ))
+    .await;
+    let config = write_config(
+        dir.path(),
+        &topic,
+        &table,
+        "key = \"/id\"\nthrottle_sqlstates = [\"53300\"]",
+        "",
+    );
+    let input = dir.path().join("in.ndjson");
+    write_records(&input, 1_000, &[]);
+    assert_eq!(produce(&config, &input).await, 1_000);
+
+    let out = finish(start_worker(&config, &["--until-empty"]), LIMIT).await;
+    assert!(out.status.success(), "worker failed: {}", stderr(&out));
+    let s = summary(&out);
+    assert_eq!(s["throttled"].as_u64(), Some(3), "{s}");
+    assert_eq!(
+        (s["written"].as_u64(), s["dead_lettered"].as_u64()),
+        (Some(1_000), Some(0)),
+        "{s}"
+    );
+    assert_eq!(
+        pg_count(&format!("SELECT count(*) FROM {table}")).await,
+        1_000
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_config_is_valid_and_the_environment_overrides_it() {
+    let topic = unique("kp_example");
+    create_topic(&topic, 1);
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/kafka-postgres.toml");
+    let out = sluice()
+        .args(["check", "--config", example])
+        .env("SLUICE_SOURCE__BROKERS", brokers())
+        .env("SLUICE_SOURCE__TOPIC", &topic)
+        .env("SLUICE_SINK__URL", pg_url())
+        .env("SLUICE_SINK__TABLE", &topic)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        pg_count(&format!(
+            "SELECT count(*) FROM pg_tables WHERE tablename = '{topic}'"
+        ))
+        .await,
+        1,
+        "check reached the sink and created the table"
+    );
+}
