@@ -7,6 +7,7 @@ pub mod assignment;
 pub mod context;
 pub mod settings;
 
+use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,6 +45,7 @@ pub struct KafkaSource {
     assignment_timeout: Duration,
     committed_at: Instant,
     warned_unassigned: bool,
+    subscribed: bool,
 }
 
 fn fail(what: &str, e: impl std::fmt::Display) -> SourceError {
@@ -85,10 +87,6 @@ impl KafkaSource {
             }
             None => return Err(fail(&format!("topic {topic:?}"), "does not exist")),
         }
-        consumer
-            .subscribe(&[&topic])
-            .map_err(|e| fail("cannot subscribe", e))?;
-        tracing::info!(%topic, %group, "joining the consumer group");
         Ok(KafkaSource {
             consumer,
             assignment,
@@ -99,7 +97,23 @@ impl KafkaSource {
             assignment_timeout: source.assignment_timeout,
             committed_at: Instant::now(),
             warned_unassigned: false,
+            subscribed: false,
         })
+    }
+
+    /// Joins the group at the first pull, not at open: `sluice check` opens the source
+    /// too, and a member that joins and leaves would make the group's live workers
+    /// rebalance.
+    fn subscribe(&mut self) -> Result<(), SourceError> {
+        if !self.subscribed {
+            self.consumer
+                .subscribe(&[&self.topic])
+                .map_err(|e| fail("cannot subscribe", e))?;
+            self.subscribed = true;
+            *lock(&self.assignment) = Assignment::new(Instant::now());
+            tracing::info!(topic = %self.topic, group = %self.group, "joining the consumer group");
+        }
+        Ok(())
     }
 
     /// Turns a fetched message into a record, or `None` if its partition is not ours.
@@ -118,7 +132,8 @@ impl KafkaSource {
         } else {
             (body.to_vec(), None)
         };
-        let origin = format!("{}/{partition}/{offset}", self.topic);
+        let mut origin = String::with_capacity(self.topic.len() + 32);
+        let _ = write!(origin, "{}/{partition}/{offset}", self.topic);
         Some(Record {
             position: Position {
                 lane: partition,
@@ -195,6 +210,7 @@ impl KafkaSource {
 #[async_trait]
 impl Source for KafkaSource {
     async fn pull(&mut self, max: usize) -> Result<Pulled, SourceError> {
+        self.subscribe()?;
         self.commit(false)?;
         let mut epoch = lock(&self.assignment).epoch();
         let mut records = Vec::with_capacity(max.min(4096));
