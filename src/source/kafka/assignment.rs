@@ -34,17 +34,22 @@ struct Lane {
     stored: Option<u64>,
     /// The consumer reached the end of the partition and fetched nothing since.
     at_end: bool,
-    /// High watermark and committed offset as the client's statistics last reported them.
+    /// Watermarks and committed offset as the client's statistics last reported them.
     high: Option<u64>,
+    low: Option<u64>,
     reported_committed: Option<u64>,
 }
 
 impl Lane {
+    /// Where the settled prefix ends: our own watermark, else the group's committed
+    /// offset, else (a group that never committed here starts at the beginning) the low
+    /// watermark.
     fn committed(&self) -> Option<u64> {
         self.watermark
             .as_ref()
             .map(Watermark::committed)
             .or(self.reported_committed)
+            .or(self.low)
     }
 
     fn outstanding(&self) -> usize {
@@ -192,9 +197,10 @@ impl Assignment {
     }
 
     /// What the client's statistics say about a partition (negative = unknown).
-    pub fn reported(&mut self, partition: i32, high: i64, committed: i64) {
+    pub fn reported(&mut self, partition: i32, high: i64, low: i64, committed: i64) {
         if let Some(lane) = self.lanes.as_mut().and_then(|l| l.get_mut(&partition)) {
             lane.high = u64::try_from(high).ok().or(lane.high);
+            lane.low = u64::try_from(low).ok().or(lane.low);
             lane.reported_committed = u64::try_from(committed).ok().or(lane.reported_committed);
         }
     }
@@ -351,14 +357,20 @@ mod tests {
     fn backlog_sums_high_minus_committed() {
         let (mut a, _) = held(&[0, 1]);
         assert_eq!(a.backlog(), None);
-        a.reported(0, 100, 40);
-        a.reported(1, 50, -1001);
-        assert_eq!(a.backlog(), None, "partition 1 committed offset unknown");
+        a.reported(0, 100, 0, 40);
+        a.reported(1, 50, -1001, -1001);
+        assert_eq!(a.backlog(), None, "partition 1 start unknown");
+        a.reported(1, 50, 5, -1001);
+        assert_eq!(
+            a.backlog(),
+            Some(60 + 45),
+            "a group that never committed starts low"
+        );
         a.admit(1, 20);
         a.ack(1, 20);
         assert_eq!(a.backlog(), Some(60 + 29));
         // A broker reporting a high watermark below the committed offset counts as 0.
-        a.reported(0, 10, 40);
+        a.reported(0, 10, 0, 40);
         assert_eq!(a.backlog(), Some(29));
     }
 

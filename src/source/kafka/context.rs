@@ -58,6 +58,7 @@ impl ClientContext for GroupContext {
             assignment.reported(
                 partition.partition,
                 partition.hi_offset,
+                partition.lo_offset,
                 partition.committed_offset,
             );
         }
