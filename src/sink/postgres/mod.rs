@@ -42,7 +42,9 @@ impl PostgresSink {
         };
         let options = PgConnectOptions::from_str(&sink.url)
             .map_err(|e| fail(&e))?
-            .application_name("sluice");
+            .application_name("sluice")
+            // CREATE TABLE IF NOT EXISTS notices are not news.
+            .options([("client_min_messages", "warning")]);
         let connections = sink
             .max_connections
             .unwrap_or(config.concurrency.max as u32 + 1);
