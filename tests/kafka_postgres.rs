@@ -49,6 +49,7 @@ async fn two_workers_in_one_group_drain_every_record_once() {
     ))
     .await;
     assert_eq!((rows, ids), (RECORDS as i64, RECORDS as i64));
+    pg_execute(&format!("DROP TABLE {table}")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,6 +144,7 @@ async fn a_worker_killed_mid_drain_resumes_without_loss_or_duplicates() {
         committed, high,
         "committed offsets end at the high watermarks"
     );
+    pg_execute(&format!("DROP TABLE {table}")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,6 +241,7 @@ async fn rows_violating_a_check_are_dead_lettered_and_their_neighbours_written()
         "{s}"
     );
     assert_eq!(pg_count(&format!("SELECT count(*) {letters}")).await, 10);
+    pg_execute(&format!("DROP TABLE {table}")).await;
 }
 
 #[tokio::test]
@@ -338,6 +341,10 @@ async fn a_configured_throttling_sqlstate_slows_down_and_loses_nothing() {
         pg_count(&format!("SELECT count(*) FROM {table}")).await,
         1_000
     );
+    pg_execute(&format!(
+        "DROP TABLE {table}; DROP FUNCTION {table}_shed(); DROP SEQUENCE {table}_calls"
+    ))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,4 +370,23 @@ async fn the_example_config_is_valid_and_the_environment_overrides_it() {
         1,
         "check reached the sink and created the table"
     );
+    pg_execute(&format!("DROP TABLE {topic}")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_topic_is_empty_only_once_the_group_assigned_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("kp_empty");
+    create_topic(&topic, PARTITIONS);
+    let config = write_config(dir.path(), &topic, &topic, "", "");
+    let out = finish(start_worker(&config, &["--until-empty"]), LIMIT).await;
+    assert!(out.status.success(), "worker failed: {}", stderr(&out));
+    assert_eq!(summary(&out)["pulled"], 0);
+    // Not "no partitions yet, so nothing to do": the run ended after the assignment.
+    assert!(
+        stderr(&out).contains("partitions assigned"),
+        "{}",
+        stderr(&out)
+    );
+    pg_execute(&format!("DROP TABLE {topic}")).await;
 }

@@ -74,11 +74,22 @@ async fn postgres_restarted_mid_run_loses_nothing() {
         "the outage should land mid-run: {before} rows"
     );
 
+    // Hold the table so writes are in flight when the server goes: the worker must see
+    // its statements die (not merely wait for a connection), then retry them.
+    let mut locker = pg().await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+    )))
+    .execute(&mut locker)
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
     {
         let _restart = Restart;
         pg_ctl("stop");
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+    drop(locker);
 
     let out = finish(worker, Duration::from_secs(180)).await;
     assert!(out.status.success(), "worker failed: {}", stderr(&out));
@@ -97,4 +108,5 @@ async fn postgres_restarted_mid_run_loses_nothing() {
         "the worker said why it waited: {}",
         stderr(&out)
     );
+    pg_execute(&format!("DROP TABLE {table}")).await;
 }
