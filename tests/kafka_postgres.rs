@@ -50,6 +50,7 @@ async fn two_workers_in_one_group_drain_every_record_once() {
     .await;
     assert_eq!((rows, ids), (RECORDS as i64, RECORDS as i64));
     pg_execute(&format!("DROP TABLE {table}")).await;
+    delete_topic(&topic);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,6 +146,7 @@ async fn a_worker_killed_mid_drain_resumes_without_loss_or_duplicates() {
         "committed offsets end at the high watermarks"
     );
     pg_execute(&format!("DROP TABLE {table}")).await;
+    delete_topic(&topic);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -242,6 +244,7 @@ async fn rows_violating_a_check_are_dead_lettered_and_their_neighbours_written()
     );
     assert_eq!(pg_count(&format!("SELECT count(*) {letters}")).await, 10);
     pg_execute(&format!("DROP TABLE {table}")).await;
+    delete_topic(&topic);
 }
 
 #[tokio::test]
@@ -345,6 +348,7 @@ async fn a_configured_throttling_sqlstate_slows_down_and_loses_nothing() {
         "DROP TABLE {table}; DROP FUNCTION {table}_shed(); DROP SEQUENCE {table}_calls"
     ))
     .await;
+    delete_topic(&topic);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,6 +375,7 @@ async fn the_example_config_is_valid_and_the_environment_overrides_it() {
         "check reached the sink and created the table"
     );
     pg_execute(&format!("DROP TABLE {topic}")).await;
+    delete_topic(&topic);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -389,4 +394,5 @@ async fn an_empty_topic_is_empty_only_once_the_group_assigned_it() {
         stderr(&out)
     );
     pg_execute(&format!("DROP TABLE {topic}")).await;
+    delete_topic(&topic);
 }

@@ -275,4 +275,6 @@ async fn kafka_to_postgres_against_its_ceilings() {
         if rss_growth <= 0.10 { "met" } else { "MISSED" },
         rss_growth * 100.0
     );
+    delete_topic(&small_topic);
+    delete_topic(&large_topic);
 }

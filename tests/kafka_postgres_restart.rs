@@ -109,4 +109,5 @@ async fn postgres_restarted_mid_run_loses_nothing() {
         stderr(&out)
     );
     pg_execute(&format!("DROP TABLE {table}")).await;
+    delete_topic(&topic);
 }

@@ -49,6 +49,21 @@ pub fn create_topic(topic: &str, partitions: u32) {
     );
 }
 
+/// Deletes a test's topic: the broker keeps everything in memory.
+pub fn delete_topic(topic: &str) {
+    let out = std::process::Command::new(tansu())
+        .args(["topic", "delete", "--broker"])
+        .arg(format!("tcp://{}", brokers()))
+        .arg(topic)
+        .output()
+        .expect("tansu runs (see scripts/services.sh)");
+    assert!(
+        out.status.success(),
+        "deleting topic {topic}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A Kafka → PostgreSQL config in `dir`; `extra` is appended (more keys or tables).
 pub fn write_config(
     dir: &Path,
