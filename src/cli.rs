@@ -18,9 +18,10 @@ use crate::lease::keeper::LeaseKeeper;
 use crate::lease::postgres::PgLeaseStore;
 use crate::lease::{LeaseError, LeaseStore, member_id};
 use crate::pipeline::{Pipeline, RunOptions};
+use crate::produce::ProduceError;
 use crate::progress::Progress;
 use crate::stats::Stats;
-use crate::{shutdown, sink, source};
+use crate::{produce, shutdown, sink, source};
 
 /// A line for the person at the terminal, with credentials redacted.
 macro_rules! say {
@@ -64,6 +65,18 @@ enum Command {
     Plan(ReportArgs),
     /// Emulate a capacity-limited database behind HTTP (429s, latency, outages).
     SimSink(crate::sim_sink::SimSinkArgs),
+    /// Publish NDJSON lines to the configured queue, one message per line, keyed by
+    /// `sink.key`; prints how many the queue confirmed.
+    Produce(ProduceArgs),
+}
+
+#[derive(Debug, Args)]
+struct ProduceArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// NDJSON input; "-" reads stdin.
+    #[arg(value_name = "INPUT", default_value = "-")]
+    input: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -127,6 +140,7 @@ pub fn main() -> ExitCode {
         Command::Leases(args) => runtime.block_on(leases(args)),
         Command::Plan(args) => runtime.block_on(plan(args)),
         Command::SimSink(args) => runtime.block_on(crate::sim_sink::run(args)),
+        Command::Produce(args) => runtime.block_on(produce(args)),
     };
     // Do not wait for stdin readers or lingering connections on the way out.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -193,7 +207,7 @@ async fn run(args: RunArgs) -> u8 {
         per_tick = cadence.quantum(),
         tick = ?config.rate.tick,
         "draining {} into {}",
-        config.source.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+        config.source.describe(),
         config.sink.table
     );
     let pipeline = Pipeline::new(
@@ -417,4 +431,38 @@ async fn check(args: ConfigArgs) -> u8 {
         args.config.display()
     );
     0
+}
+
+async fn produce(args: ProduceArgs) -> u8 {
+    let config = match load(&args.config.config, &Overrides::default()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match produce::produce(&config, &args.input).await {
+        Ok(tally) => {
+            println!("{}", tally.delivered);
+            match tally.first_error {
+                Some(error) => {
+                    say!(
+                        "sluice: {} delivered, {} not delivered (first error: {error})",
+                        tally.delivered,
+                        tally.failed
+                    );
+                    EXIT_RUNTIME
+                }
+                None => {
+                    say!("sluice: {} records delivered", tally.delivered);
+                    0
+                }
+            }
+        }
+        Err(e @ ProduceError::NotAQueue(_)) => {
+            say!("sluice: {e}");
+            EXIT_CONFIG
+        }
+        Err(e) => {
+            say!("sluice: {e}");
+            EXIT_RUNTIME
+        }
+    }
 }

@@ -22,7 +22,7 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    fn invalid(key: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(key: &'static str, message: impl Into<String>) -> Self {
         ConfigError::Invalid {
             key,
             message: message.into(),
@@ -93,6 +93,7 @@ pub enum SourceKind {
     #[default]
     File,
     Amqp,
+    Kafka,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -113,10 +114,64 @@ pub struct SourceConfig {
     /// AMQP source: declare the queue (durable) if it does not exist.
     #[serde(default = "default_true")]
     pub declare: bool,
+    /// Kafka source: bootstrap servers, `host:port[,host:port…]`.
+    pub brokers: Option<String>,
+    /// Kafka source: the topic drained (and `sluice produce`'s destination).
+    pub topic: Option<String>,
+    /// Kafka source: consumer group; workers in one group share the topic's partitions.
+    pub group: Option<String>,
+    /// Kafka source: librdkafka properties passed through as they are (TLS, SASL, tuning).
+    #[serde(default)]
+    pub properties: BTreeMap<String, PropertyValue>,
+    /// Kafka source: how long `--until-empty` waits for the group to assign partitions.
+    #[serde(default = "default_assignment_timeout", with = "humantime_serde")]
+    pub assignment_timeout: Duration,
 }
 
 fn default_true() -> bool {
     true
+}
+
+impl SourceConfig {
+    /// What is drained, for people: a file, a topic, a queue.
+    pub fn describe(&self) -> String {
+        let or_unset = |v: &Option<String>| v.clone().unwrap_or_else(|| "(unset)".into());
+        match self.kind {
+            SourceKind::File => format!(
+                "file {}",
+                self.path
+                    .as_ref()
+                    .map_or("(unset)".into(), |p| p.display().to_string())
+            ),
+            SourceKind::Kafka => format!("kafka topic {}", or_unset(&self.topic)),
+            SourceKind::Amqp => format!("amqp queue {}", or_unset(&self.queue)),
+        }
+    }
+}
+
+/// A librdkafka property value; TOML numbers and booleans are accepted as they read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PropertyValue {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Flag(bool),
+}
+
+impl std::fmt::Display for PropertyValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PropertyValue::Text(s) => f.write_str(s),
+            PropertyValue::Integer(i) => write!(f, "{i}"),
+            PropertyValue::Float(x) => write!(f, "{x}"),
+            PropertyValue::Flag(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+fn default_assignment_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 
 fn default_max_record_bytes() -> usize {
@@ -129,6 +184,7 @@ pub enum SinkKind {
     #[default]
     Sqlite,
     Http,
+    Postgres,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -154,6 +210,17 @@ pub struct SinkConfig {
     pub timeout: Duration,
     /// Where records the sink rejects go, for a sink without tables of its own (http).
     pub dead_letters: Option<DeadLetterConfig>,
+    /// PostgreSQL: write into an existing table, column → JSON pointer into the payload
+    /// (`""` is the whole payload). Absent: the table is created as key, payload, source.
+    pub columns: Option<BTreeMap<String, String>>,
+    /// PostgreSQL with `columns`: the column that receives the record key; it must carry a
+    /// unique index so redelivery is absorbed.
+    pub key_column: Option<String>,
+    /// PostgreSQL: SQLSTATEs that mean "slow down" (treated like HTTP 429), e.g. "53300".
+    #[serde(default)]
+    pub throttle_sqlstates: Vec<String>,
+    /// PostgreSQL: connections in the pool; default `concurrency.max + 1`.
+    pub max_connections: Option<u32>,
 }
 
 fn default_table() -> String {
@@ -475,7 +542,9 @@ impl Config {
                     ));
                 }
             }
+            SourceKind::Kafka => {}
         }
+        crate::source::kafka::settings::validate(&self.source)?;
         if self.source.max_record_bytes == 0 {
             return Err(ConfigError::invalid(
                 "source.max_record_bytes",
@@ -504,6 +573,7 @@ impl Config {
                 "only kind = \"http\" uses it; database sinks keep dead letters in sluice_dead_letters",
             ));
         }
+        crate::sink::postgres::settings::validate(&self.sink)?;
         crate::sink::identifier::validate(&self.sink.table)
             .map_err(|e| ConfigError::invalid("sink.table", e))?;
         if let Some(key) = &self.sink.key

@@ -11,6 +11,7 @@ pub mod delivery;
 pub mod lease;
 pub mod pipeline;
 pub mod plan;
+pub mod produce;
 pub mod progress;
 pub mod record;
 pub mod redact;

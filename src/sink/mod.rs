@@ -5,6 +5,7 @@
 pub mod dead_letters;
 pub mod http;
 pub mod identifier;
+pub mod postgres;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -94,6 +95,7 @@ pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
         SinkKind::Http => Ok(Arc::new(
             http::HttpSink::open(&config.sink, config.retry.max_delay).await?,
         )),
+        SinkKind::Postgres => Ok(Arc::new(postgres::PostgresSink::open(config).await?)),
     }
 }
 

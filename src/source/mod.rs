@@ -4,6 +4,7 @@
 
 pub mod amqp;
 pub mod file;
+pub mod kafka;
 pub mod watermark;
 
 use async_trait::async_trait;
@@ -76,5 +77,6 @@ pub async fn open(config: &Config, follow: bool) -> Result<Box<dyn Source>, Sour
     match config.source.kind {
         SourceKind::File => Ok(Box::new(file::FileSource::open(config, follow).await?)),
         SourceKind::Amqp => Ok(Box::new(amqp::AmqpSource::open(config).await?)),
+        SourceKind::Kafka => Ok(Box::new(kafka::KafkaSource::open(config, follow).await?)),
     }
 }

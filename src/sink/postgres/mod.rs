@@ -1,0 +1,336 @@
+//! PostgreSQL: a connection pool, one statement per batch (one round trip), `ON CONFLICT
+//! DO NOTHING` on the key so redelivery never duplicates a row, and errors sorted by
+//! SQLSTATE so the delivery knows whether to wait, retry, split or stop.
+
+pub mod layout;
+pub mod settings;
+pub mod sqlstate;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Connection, Executor};
+
+use self::layout::Layout;
+use self::sqlstate::{ErrorClass, classify};
+use super::identifier::quote;
+use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
+use crate::config::Config;
+use crate::record::{DeadLetter, Row};
+
+/// How long a write waits for a pooled connection before it counts as an outage (and
+/// is retried with backoff).
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Bytes of COPY data sent at a time.
+const COPY_CHUNK: usize = 64 * 1024;
+
+pub struct PostgresSink {
+    pool: PgPool,
+    layout: Layout,
+    throttle_sqlstates: Vec<String>,
+}
+
+impl PostgresSink {
+    pub async fn open(config: &Config) -> Result<Self, SinkError> {
+        let sink = &config.sink;
+        let fail = |e: &dyn std::fmt::Display| SinkError {
+            url: redact(&sink.url),
+            message: e.to_string(),
+        };
+        let options = PgConnectOptions::from_str(&sink.url)
+            .map_err(|e| fail(&e))?
+            .application_name("sluice")
+            // CREATE TABLE IF NOT EXISTS notices are not news.
+            .options([("client_min_messages", "warning")]);
+        let connections = sink
+            .max_connections
+            .unwrap_or(config.concurrency.max as u32 + 1);
+        let pool = PgPoolOptions::new()
+            .max_connections(connections)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(|e| fail(&e))?;
+        let layout = match &sink.columns {
+            None => Layout::created(&sink.table),
+            Some(columns) => {
+                let key_column = sink.key_column.as_deref().unwrap_or("key");
+                let columns: Vec<(String, String)> = columns
+                    .iter()
+                    .map(|(c, p)| (c.clone(), p.clone()))
+                    .collect();
+                inspect(&pool, &sink.table, key_column, &columns)
+                    .await
+                    .map_err(|e| fail(&e))?;
+                Layout::mapped(&sink.table, key_column, &columns)
+            }
+        };
+        let create_table = matches!(layout, Layout::Created { .. }).then_some(sink.table.as_str());
+        create_tables(&pool, create_table)
+            .await
+            .map_err(|e| fail(&e))?;
+        Ok(PostgresSink {
+            pool,
+            layout,
+            throttle_sqlstates: sink.throttle_sqlstates.clone(),
+        })
+    }
+
+    /// The fast path: the whole batch in one COPY (all or nothing).
+    /// The data streams in chunks: no batch-sized buffer, whatever the batch.
+    async fn copy(&self, statement: &str, rows: &[Row]) -> Result<u64, sqlx::Error> {
+        let mut conn = self.pool.acquire().await?;
+        let mut copy = conn.copy_in_raw(statement).await?;
+        let mut chunk = Vec::with_capacity(COPY_CHUNK + 1024);
+        for row in rows {
+            Layout::copy_line(row, &mut chunk);
+            if chunk.len() >= COPY_CHUNK {
+                copy.send(chunk.as_slice()).await?;
+                chunk.clear();
+            }
+        }
+        if !chunk.is_empty() {
+            copy.send(chunk.as_slice()).await?;
+        }
+        copy.finish().await
+    }
+
+    async fn insert_dead_letters(&self, letters: &[DeadLetter]) -> Result<(), sqlx::Error> {
+        let fingerprints: Vec<String> = letters.iter().map(dead_letter_fingerprint).collect();
+        let positions: Vec<String> = letters.iter().map(|l| text(&l.origin)).collect();
+        let keys: Vec<Option<String>> =
+            letters.iter().map(|l| l.key.as_deref().map(text)).collect();
+        let raws: Vec<&[u8]> = letters.iter().map(|l| l.raw.as_slice()).collect();
+        let reasons: Vec<String> = letters.iter().map(|l| text(&l.reason)).collect();
+        let attempts: Vec<i32> = letters
+            .iter()
+            .map(|l| i32::try_from(l.attempts).unwrap_or(i32::MAX))
+            .collect();
+        sqlx::query(
+            "INSERT INTO sluice_dead_letters (fingerprint, position, key, raw, reason, attempts) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::int4[]) \
+             ON CONFLICT (fingerprint) DO NOTHING",
+        )
+        .bind(fingerprints)
+        .bind(positions)
+        .bind(keys)
+        .bind(raws)
+        .bind(reasons)
+        .bind(attempts)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Sorts an error into what the delivery should do about it.
+    fn outcome(&self, err: sqlx::Error) -> WriteOutcome {
+        match &err {
+            sqlx::Error::Database(db) => {
+                let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+                let reason = format!("SQLSTATE {code}: {}", db.message());
+                match classify(&code, &self.throttle_sqlstates) {
+                    ErrorClass::Throttle => WriteOutcome::Throttled {
+                        retry_after: None,
+                        reason,
+                    },
+                    ErrorClass::Unavailable => WriteOutcome::Unavailable(reason),
+                    ErrorClass::Transient => WriteOutcome::Transient(reason),
+                    ErrorClass::Permanent => WriteOutcome::Rejected { rows: None, reason },
+                    ErrorClass::Fatal => WriteOutcome::Fatal(reason),
+                }
+            }
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => WriteOutcome::Unavailable(err.to_string()),
+            _ => WriteOutcome::Fatal(err.to_string()),
+        }
+    }
+}
+
+/// Checks that an existing table can take mapped rows: it exists, every column exists,
+/// and the key column carries a unique index (or `ON CONFLICT` would fail every batch).
+async fn inspect(
+    pool: &PgPool,
+    table: &str,
+    key_column: &str,
+    columns: &[(String, String)],
+) -> Result<(), String> {
+    let quoted = quote(table);
+    let present: Vec<String> = sqlx::query_scalar(
+        "SELECT attname::text FROM pg_attribute \
+         WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
+    )
+    .bind(&quoted)
+    .fetch_all(pool)
+    .await
+    .map_err(|e| e.to_string())?;
+    if present.is_empty() {
+        return Err(format!(
+            "table {table} does not exist; with [sink.columns] sluice writes into an existing table"
+        ));
+    }
+    let wanted = std::iter::once(key_column).chain(columns.iter().map(|(c, _)| c.as_str()));
+    let missing: Vec<&str> = wanted.filter(|c| !present.iter().any(|p| p == c)).collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "table {table} has no column {}",
+            missing.join(", ")
+        ));
+    }
+    let unique: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_index i \
+           JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+           WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indnkeyatts = 1 \
+             AND i.indpred IS NULL AND a.attname = $2)",
+    )
+    .bind(&quoted)
+    .bind(key_column)
+    .fetch_one(pool)
+    .await
+    .map_err(|e| e.to_string())?;
+    if !unique {
+        return Err(format!(
+            "column {key_column} of {table} has no unique index: redelivered records would be inserted twice (set sink.key_column to the key's column)"
+        ));
+    }
+    Ok(())
+}
+
+/// Creates the records table (when sluice owns its shape) and the dead-letter table.
+/// Serialised by an advisory lock: `CREATE TABLE IF NOT EXISTS` from workers starting
+/// together can otherwise fail on the type catalogue.
+async fn create_tables(pool: &PgPool, table: Option<&str>) -> Result<(), sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    tx.execute("SELECT pg_advisory_xact_lock(hashtext('sluice: create tables'))")
+        .await?;
+    if let Some(table) = table {
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {} (
+                key text PRIMARY KEY,
+                payload jsonb NOT NULL,
+                source text,
+                ingested_at timestamptz NOT NULL DEFAULT now()
+            )",
+            quote(table)
+        );
+        tx.execute(sqlx::AssertSqlSafe(ddl)).await?;
+    }
+    tx.execute(
+        "CREATE TABLE IF NOT EXISTS sluice_dead_letters (
+            id bigserial PRIMARY KEY,
+            fingerprint text NOT NULL UNIQUE,
+            position text NOT NULL,
+            key text,
+            raw bytea NOT NULL,
+            reason text NOT NULL,
+            attempts integer NOT NULL,
+            failed_at timestamptz NOT NULL DEFAULT now()
+        )",
+    )
+    .await?;
+    tx.commit().await
+}
+
+/// PostgreSQL text cannot hold NUL; a dead letter must be storable whatever it carries.
+fn text(s: &str) -> String {
+    s.replace('\0', "\u{FFFD}")
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let masked = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{masked}@{host}{}", &rest[authority_end..])
+        }
+        None => url.to_string(),
+    }
+}
+
+/// SQLSTATE 23505: a key (or another unique column) is already there.
+fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
+}
+
+#[async_trait]
+impl Sink for PostgresSink {
+    async fn probe(&self) -> Result<(), String> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn write(&self, rows: &[Row]) -> WriteOutcome {
+        if let Some(copy) = self.layout.copy() {
+            match self.copy(copy, rows).await {
+                Ok(inserted) => {
+                    return WriteOutcome::Written {
+                        inserted,
+                        duplicates: 0,
+                    };
+                }
+                // A redelivered key: the insert below absorbs it.
+                Err(e) if is_unique_violation(&e) => {}
+                Err(e) => return self.outcome(e),
+            }
+        }
+        let query = match self.layout.insert(rows) {
+            Ok(q) => q,
+            Err(e) => return WriteOutcome::Fatal(format!("cannot encode the batch: {e}")),
+        };
+        match query.execute(&self.pool).await {
+            Ok(done) => {
+                let inserted = done.rows_affected();
+                WriteOutcome::Written {
+                    inserted,
+                    duplicates: (rows.len() as u64).saturating_sub(inserted),
+                }
+            }
+            Err(e) => self.outcome(e),
+        }
+    }
+
+    async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
+        match self.insert_dead_letters(letters).await {
+            Ok(()) => WriteOutcome::Written {
+                inserted: letters.len() as u64,
+                duplicates: 0,
+            },
+            Err(e) => self.outcome(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/x?sslmode=require"),
+            "postgres://app:***@db:5432/x?sslmode=require"
+        );
+        assert_eq!(redact("postgres://app@db/x"), "postgres://app@db/x");
+        assert_eq!(redact("postgresql://db/x"), "postgresql://db/x");
+    }
+
+    #[test]
+    fn dead_letter_text_never_holds_nul() {
+        assert_eq!(text("a\0b"), "a\u{FFFD}b");
+    }
+}

@@ -1,0 +1,173 @@
+//! Checks the PostgreSQL keys of `[sink]` while the configuration loads: names that reach
+//! SQL are plain identifiers, and keys that only this sink reads are not set for others.
+
+use crate::config::{ConfigError, SinkConfig, SinkKind};
+use crate::sink::identifier;
+
+pub fn validate(sink: &SinkConfig) -> Result<(), ConfigError> {
+    if sink.kind != SinkKind::Postgres {
+        let stray = [
+            ("sink.columns", sink.columns.is_some()),
+            ("sink.key_column", sink.key_column.is_some()),
+            (
+                "sink.throttle_sqlstates",
+                !sink.throttle_sqlstates.is_empty(),
+            ),
+            ("sink.max_connections", sink.max_connections.is_some()),
+        ];
+        if let Some((key, _)) = stray.into_iter().find(|(_, set)| *set) {
+            return Err(ConfigError::invalid(
+                key,
+                "only applies to kind = \"postgres\"",
+            ));
+        }
+        return Ok(());
+    }
+    if !(sink.url.starts_with("postgres://") || sink.url.starts_with("postgresql://")) {
+        return Err(ConfigError::invalid(
+            "sink.url",
+            format!(
+                "kind = \"postgres\" needs a postgres:// or postgresql:// URL, got {:?}",
+                sink.url
+            ),
+        ));
+    }
+    sink.url
+        .parse::<sqlx::postgres::PgConnectOptions>()
+        .map_err(|e| ConfigError::invalid("sink.url", e.to_string()))?;
+    if let Some(columns) = &sink.columns {
+        if columns.is_empty() {
+            return Err(ConfigError::invalid(
+                "sink.columns",
+                "name at least one column, or leave the table out to have it created",
+            ));
+        }
+        for (column, pointer) in columns {
+            column_name(column).map_err(|e| ConfigError::invalid("sink.columns", e))?;
+            if !(pointer.is_empty() || pointer.starts_with('/')) {
+                return Err(ConfigError::invalid(
+                    "sink.columns",
+                    format!(
+                        "{column} = {pointer:?} is not a JSON pointer (\"/field\", or \"\" for the whole record)"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(key_column) = &sink.key_column {
+        let Some(columns) = &sink.columns else {
+            return Err(ConfigError::invalid(
+                "sink.key_column",
+                "only applies with [sink.columns] (a created table's key column is \"key\")",
+            ));
+        };
+        column_name(key_column).map_err(|e| ConfigError::invalid("sink.key_column", e))?;
+        if columns.contains_key(key_column) {
+            return Err(ConfigError::invalid(
+                "sink.key_column",
+                format!(
+                    "{key_column:?} receives the record key; do not map it in [sink.columns] too"
+                ),
+            ));
+        }
+    }
+    for code in &sink.throttle_sqlstates {
+        let valid = code.len() == 5
+            && code
+                .chars()
+                .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase());
+        if !valid {
+            return Err(ConfigError::invalid(
+                "sink.throttle_sqlstates",
+                format!(
+                    "{code:?} is not a SQLSTATE (five digits or capital letters, e.g. \"53300\")"
+                ),
+            ));
+        }
+    }
+    if sink.max_connections == Some(0) {
+        return Err(ConfigError::invalid(
+            "sink.max_connections",
+            "must be at least 1",
+        ));
+    }
+    Ok(())
+}
+
+/// A column is one plain identifier (no schema part).
+fn column_name(name: &str) -> Result<(), String> {
+    if name.contains('.') {
+        return Err(format!("{name:?} is not a column name"));
+    }
+    identifier::validate(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn postgres() -> SinkConfig {
+        SinkConfig {
+            kind: SinkKind::Postgres,
+            url: "postgresql://postgres@127.0.0.1/db".into(),
+            table: "records".into(),
+            ..Default::default()
+        }
+    }
+
+    fn key_of(sink: &SinkConfig) -> &'static str {
+        match validate(sink).unwrap_err() {
+            ConfigError::Invalid { key, .. } => key,
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[test]
+    fn accepts_both_url_schemes_and_a_mapping() {
+        let mut sink = postgres();
+        validate(&sink).unwrap();
+        sink.url = "postgres://u@h:5432/d".into();
+        sink.columns = Some(BTreeMap::from([
+            ("amount".into(), "/amount".into()),
+            ("doc".into(), "".into()),
+        ]));
+        sink.key_column = Some("order_id".into());
+        sink.throttle_sqlstates = vec!["53300".into()];
+        validate(&sink).unwrap();
+    }
+
+    #[test]
+    fn refuses_names_that_are_not_identifiers() {
+        let mut sink = postgres();
+        sink.columns = Some(BTreeMap::from([(
+            "amount; drop table x".into(),
+            "/a".into(),
+        )]));
+        assert_eq!(key_of(&sink), "sink.columns");
+        sink.columns = Some(BTreeMap::from([("s.amount".into(), "/a".into())]));
+        assert_eq!(key_of(&sink), "sink.columns");
+        sink.columns = Some(BTreeMap::from([("amount".into(), "a".into())]));
+        assert_eq!(key_of(&sink), "sink.columns");
+        sink.columns = Some(BTreeMap::from([("amount".into(), "/a".into())]));
+        sink.key_column = Some("id\"".into());
+        assert_eq!(key_of(&sink), "sink.key_column");
+    }
+
+    #[test]
+    fn refuses_other_mistakes() {
+        let mut sink = postgres();
+        sink.url = "mysql://h/d".into();
+        assert_eq!(key_of(&sink), "sink.url");
+        let mut sink = postgres();
+        sink.key_column = Some("id".into());
+        assert_eq!(key_of(&sink), "sink.key_column");
+        let mut sink = postgres();
+        sink.throttle_sqlstates = vec!["5330".into()];
+        assert_eq!(key_of(&sink), "sink.throttle_sqlstates");
+        let mut sink = postgres();
+        sink.kind = SinkKind::Sqlite;
+        sink.throttle_sqlstates = vec!["53300".into()];
+        assert_eq!(key_of(&sink), "sink.throttle_sqlstates");
+    }
+}

@@ -1,0 +1,387 @@
+//! The partitions this worker holds and how far each one is settled. Shared by the source
+//! (pulls, acks, commits) and the consumer context (rebalance callbacks, statistics); both
+//! run on whichever thread polls the consumer, so a plain mutex around it never contends.
+//!
+//! Time comes in as an argument: the rules here are tested without a clock.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::source::watermark::Watermark;
+
+#[derive(Debug)]
+pub struct Assignment {
+    /// Bumped on every rebalance: records fetched under an older epoch are not handed out.
+    epoch: u64,
+    /// `None` while the group has not (or no longer) given this worker an assignment; an
+    /// empty map is a real answer (more workers than partitions).
+    lanes: Option<BTreeMap<i32, Lane>>,
+    /// Since when the worker has had no assignment.
+    unassigned_since: Instant,
+    /// The last record or (re)assignment: "caught up" also needs a quiet spell after it.
+    last_activity: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Lane {
+    /// The epoch this lane was (re)assigned in.
+    assigned_in: u64,
+    /// Starts at the first fetched offset: after an assignment the consumer fetches from
+    /// the committed offset, so everything before the first record is settled already
+    /// (or is a gap such as a transaction marker).
+    watermark: Option<Watermark>,
+    /// The offset the group's store holds (or will hold once an async commit lands).
+    stored: Option<u64>,
+    /// The consumer reached the end of the partition and fetched nothing since.
+    at_end: bool,
+    /// Watermarks and committed offset as the client's statistics last reported them.
+    high: Option<u64>,
+    low: Option<u64>,
+    reported_committed: Option<u64>,
+}
+
+impl Lane {
+    /// Where the settled prefix ends: our own watermark, else the group's committed
+    /// offset, else (a group that never committed here starts at the beginning) the low
+    /// watermark.
+    fn committed(&self) -> Option<u64> {
+        self.watermark
+            .as_ref()
+            .map(Watermark::committed)
+            .or(self.reported_committed)
+            .or(self.low)
+    }
+
+    fn outstanding(&self) -> usize {
+        self.watermark.as_ref().map_or(0, Watermark::outstanding)
+    }
+
+    /// The settled offset, when the offset store lags behind it.
+    fn due(&self) -> Option<u64> {
+        let committed = self.watermark.as_ref()?.committed();
+        self.stored
+            .is_none_or(|stored| stored < committed)
+            .then_some(committed)
+    }
+}
+
+impl Assignment {
+    pub fn new(now: Instant) -> Self {
+        Assignment {
+            epoch: 0,
+            lanes: None,
+            unassigned_since: now,
+            last_activity: now,
+        }
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The group handed these partitions over (all of them, or an increment).
+    pub fn assign(&mut self, partitions: &[i32], now: Instant) {
+        self.epoch += 1;
+        self.last_activity = now;
+        let lanes = self.lanes.get_or_insert_with(BTreeMap::new);
+        for &p in partitions {
+            lanes.insert(
+                p,
+                Lane {
+                    assigned_in: self.epoch,
+                    ..Lane::default()
+                },
+            );
+        }
+    }
+
+    /// The group takes these partitions away. Returns the settled offsets the store does
+    /// not hold yet: commit them now, before another worker resumes from the store.
+    /// Records of these partitions still in flight are written by their delivery, but
+    /// their acks no longer count here: the next owner fetches them again from the store,
+    /// and the sink absorbs the repeat.
+    pub fn revoke(&mut self, partitions: &[i32], now: Instant) -> Vec<(i32, u64)> {
+        self.epoch += 1;
+        let Some(lanes) = self.lanes.as_mut() else {
+            return Vec::new();
+        };
+        let mut due = Vec::new();
+        for p in partitions {
+            if let Some(lane) = lanes.remove(p)
+                && let Some(offset) = lane.due()
+            {
+                due.push((*p, offset));
+            }
+        }
+        if lanes.is_empty() {
+            self.lanes = None;
+            self.unassigned_since = now;
+        }
+        due
+    }
+
+    /// Registers a fetched record; false when its partition is not ours (any more).
+    pub fn admit(&mut self, partition: i32, offset: u64) -> bool {
+        let Some(lane) = self.lanes.as_mut().and_then(|l| l.get_mut(&partition)) else {
+            return false;
+        };
+        let watermark = lane.watermark.get_or_insert_with(|| Watermark::new(offset));
+        lane.stored.get_or_insert(offset);
+        watermark.pulled(offset, offset + 1);
+        lane.at_end = false;
+        true
+    }
+
+    /// Records arrived at `now`: the quiet spell starts again.
+    pub fn active(&mut self, now: Instant) {
+        self.last_activity = now;
+    }
+
+    /// Whether `partition` is held under the same assignment as at `epoch`: a record
+    /// admitted then may still be handed out.
+    pub fn held_since(&self, partition: i32, epoch: u64) -> bool {
+        self.lanes
+            .as_ref()
+            .and_then(|l| l.get(&partition))
+            .is_some_and(|lane| lane.assigned_in <= epoch)
+    }
+
+    /// The record at `offset` is written or dead-lettered; true when that moved the
+    /// settled offset. Acks of records fetched before
+    /// a rebalance may refer to offsets this epoch has not fetched or already settled:
+    /// they change nothing.
+    pub fn ack(&mut self, partition: i32, offset: u64) -> bool {
+        let Some(watermark) = self
+            .lanes
+            .as_mut()
+            .and_then(|l| l.get_mut(&partition))
+            .and_then(|lane| lane.watermark.as_mut())
+        else {
+            return false;
+        };
+        offset >= watermark.committed() && watermark.ack(offset).is_some()
+    }
+
+    /// The consumer reached the end of `partition`.
+    pub fn reached_end(&mut self, partition: i32) {
+        if let Some(lane) = self.lanes.as_mut().and_then(|l| l.get_mut(&partition)) {
+            lane.at_end = true;
+        }
+    }
+
+    /// Settled offsets the store does not hold yet.
+    pub fn due(&self) -> Vec<(i32, u64)> {
+        self.lanes
+            .iter()
+            .flatten()
+            .filter_map(|(&p, lane)| lane.due().map(|o| (p, o)))
+            .collect()
+    }
+
+    /// These offsets were committed (or handed to an async commit).
+    pub fn stored(&mut self, offsets: &[(i32, u64)]) {
+        for (p, offset) in offsets {
+            if let Some(lane) = self.lanes.as_mut().and_then(|l| l.get_mut(p)) {
+                lane.stored = Some(lane.stored.map_or(*offset, |s| s.max(*offset)));
+            }
+        }
+    }
+
+    /// An async commit of these partitions failed: commit them again next time.
+    pub fn commit_failed(&mut self, partitions: &[i32]) {
+        for p in partitions {
+            if let Some(lane) = self.lanes.as_mut().and_then(|l| l.get_mut(p)) {
+                lane.stored = None;
+            }
+        }
+    }
+
+    /// What the client's statistics say about a partition (negative = unknown).
+    pub fn reported(&mut self, partition: i32, high: i64, low: i64, committed: i64) {
+        if let Some(lane) = self.lanes.as_mut().and_then(|l| l.get_mut(&partition)) {
+            lane.high = u64::try_from(high).ok().or(lane.high);
+            lane.low = u64::try_from(low).ok().or(lane.low);
+            lane.reported_committed = u64::try_from(committed).ok().or(lane.reported_committed);
+        }
+    }
+
+    /// Every held partition is at its end: nothing more to fetch right now.
+    pub fn all_at_end(&self) -> bool {
+        self.lanes
+            .as_ref()
+            .is_some_and(|lanes| lanes.values().all(|lane| lane.at_end))
+    }
+
+    /// Nothing left: every held partition is at its end, nothing handed out is unsettled,
+    /// and no record or rebalance came for `quiet`. No assignment yet is not empty.
+    pub fn caught_up(&self, now: Instant, quiet: Duration) -> bool {
+        self.all_at_end()
+            && self
+                .lanes
+                .iter()
+                .flatten()
+                .all(|(_, lane)| lane.outstanding() == 0)
+            && now.saturating_duration_since(self.last_activity) >= quiet
+    }
+
+    /// How long the worker has been waiting for partitions, if it holds none.
+    pub fn unassigned_for(&self, now: Instant) -> Option<Duration> {
+        self.lanes
+            .is_none()
+            .then(|| now.saturating_duration_since(self.unassigned_since))
+    }
+
+    /// Records not yet settled: Σ(high watermark − committed) over the held partitions;
+    /// `None` while a partition's figures are unknown.
+    pub fn backlog(&self) -> Option<u64> {
+        let lanes = self.lanes.as_ref()?;
+        let mut total = 0;
+        for lane in lanes.values() {
+            match (lane.high, lane.committed()) {
+                (Some(high), Some(committed)) => total += high.saturating_sub(committed),
+                _ if lane.at_end && lane.outstanding() == 0 => {}
+                _ => return None,
+            }
+        }
+        Some(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QUIET: Duration = Duration::from_millis(500);
+
+    fn held(partitions: &[i32]) -> (Assignment, Instant) {
+        let t0 = Instant::now();
+        let mut a = Assignment::new(t0);
+        a.assign(partitions, t0);
+        (a, t0)
+    }
+
+    #[test]
+    fn commits_only_below_the_first_unsettled_record() {
+        let (mut a, _) = held(&[0, 1]);
+        for offset in 100..105 {
+            assert!(a.admit(0, offset));
+        }
+        assert!(
+            !a.ack(0, 101),
+            "nothing settled moves past the unwritten 100"
+        );
+        assert!(!a.ack(0, 102));
+        assert_eq!(a.due(), Vec::new());
+        assert!(a.ack(0, 100));
+        assert_eq!(a.due(), vec![(0, 103)]);
+        a.stored(&[(0, 103)]);
+        assert_eq!(a.due(), Vec::new());
+        assert!(!a.admit(7, 1), "partition 7 is not ours");
+    }
+
+    #[test]
+    fn stale_acks_after_a_rebalance_change_nothing() {
+        let (mut a, t0) = held(&[0]);
+        for offset in 10..13 {
+            a.admit(0, offset);
+        }
+        a.ack(0, 10);
+        assert_eq!(a.revoke(&[0], t0), vec![(0, 11)]);
+        a.assign(&[0], t0);
+        // Refetched from the store: 11 and 12 again.
+        a.admit(0, 11);
+        a.admit(0, 12);
+        // The old delivery of 10 acks again: below the watermark, ignored; it must not
+        // mark the unwritten 11 as settled.
+        assert!(!a.ack(0, 10));
+        assert_eq!(a.due(), Vec::new());
+        assert!(a.ack(0, 11));
+        assert_eq!(a.due(), vec![(0, 12)]);
+    }
+
+    #[test]
+    fn records_fetched_before_a_reassignment_are_not_handed_out() {
+        let (mut a, t0) = held(&[0, 1]);
+        let before = a.epoch();
+        a.admit(0, 5);
+        a.admit(1, 5);
+        // An incremental rebalance takes partition 1 away and gives it back.
+        a.revoke(&[1], t0);
+        a.assign(&[1], t0);
+        assert!(a.held_since(0, before));
+        assert!(!a.held_since(1, before));
+        assert!(a.held_since(1, a.epoch()));
+    }
+
+    #[test]
+    fn revoked_partitions_stop_counting_and_no_assignment_is_not_empty() {
+        let (mut a, t0) = held(&[0]);
+        let later = t0 + Duration::from_secs(5);
+        a.reached_end(0);
+        assert!(a.caught_up(later, QUIET));
+        assert_eq!(a.revoke(&[0], later), Vec::new());
+        assert!(!a.caught_up(later + QUIET, QUIET));
+        assert_eq!(
+            a.unassigned_for(later + Duration::from_secs(2)),
+            Some(Duration::from_secs(2))
+        );
+        a.assign(&[], later);
+        assert!(
+            a.caught_up(later + QUIET, QUIET),
+            "an empty assignment is empty"
+        );
+    }
+
+    #[test]
+    fn caught_up_needs_every_end_no_unsettled_record_and_quiet() {
+        let (mut a, t0) = held(&[0, 1]);
+        a.admit(0, 0);
+        a.reached_end(0);
+        a.reached_end(1);
+        let later = t0 + Duration::from_secs(1);
+        assert!(!a.caught_up(later, QUIET), "offset 0 is in flight");
+        a.ack(0, 0);
+        assert!(a.caught_up(later, QUIET));
+        assert!(
+            !a.caught_up(t0 + Duration::from_millis(100), QUIET),
+            "not quiet yet"
+        );
+        a.admit(1, 5);
+        assert!(
+            !a.caught_up(later + QUIET, QUIET),
+            "partition 1 got a record after its end"
+        );
+    }
+
+    #[test]
+    fn backlog_sums_high_minus_committed() {
+        let (mut a, _) = held(&[0, 1]);
+        assert_eq!(a.backlog(), None);
+        a.reported(0, 100, 0, 40);
+        a.reported(1, 50, -1001, -1001);
+        assert_eq!(a.backlog(), None, "partition 1 start unknown");
+        a.reported(1, 50, 5, -1001);
+        assert_eq!(
+            a.backlog(),
+            Some(60 + 45),
+            "a group that never committed starts low"
+        );
+        a.admit(1, 20);
+        a.ack(1, 20);
+        assert_eq!(a.backlog(), Some(60 + 29));
+        // A broker reporting a high watermark below the committed offset counts as 0.
+        a.reported(0, 10, 0, 40);
+        assert_eq!(a.backlog(), Some(29));
+    }
+
+    #[test]
+    fn a_failed_async_commit_is_retried() {
+        let (mut a, _) = held(&[3]);
+        a.admit(3, 0);
+        a.ack(3, 0);
+        a.stored(&[(3, 1)]);
+        assert_eq!(a.due(), Vec::new());
+        a.commit_failed(&[3]);
+        assert_eq!(a.due(), vec![(3, 1)]);
+    }
+}

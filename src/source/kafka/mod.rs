@@ -1,0 +1,291 @@
+//! Kafka: a consumer in a group. Offsets are committed by hand, per partition, and only
+//! up to the first record that is not yet written or dead-lettered (batches finish out
+//! of order), so a crash or a rebalance redelivers instead of skipping. librdkafka's
+//! local queue is bounded, so memory stays flat whatever the backlog.
+
+pub mod assignment;
+pub mod context;
+pub mod settings;
+
+use std::fmt::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::{FutureExt, StreamExt};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Message};
+
+use self::assignment::Assignment;
+use self::context::{GroupContext, lock, offset_list};
+use super::{Backlog, Pulled, Source, SourceError};
+use crate::config::Config;
+use crate::record::{Position, Record};
+
+/// How long a pull waits for records that are not ready yet (never once every partition
+/// is at its end).
+const PULL_WAIT: Duration = Duration::from_millis(50);
+/// Settled offsets are committed at most this often while running (always on revoke and
+/// close): a crash redelivers at most this much, which the sink absorbs.
+const COMMIT_EVERY: Duration = Duration::from_millis(500);
+/// How long opening waits for the brokers to describe the topic.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// "Caught up" also needs this long without a record: end-of-partition events are not
+/// trusted alone.
+const QUIET: Duration = Duration::from_millis(500);
+
+pub struct KafkaSource {
+    consumer: StreamConsumer<GroupContext>,
+    assignment: Arc<Mutex<Assignment>>,
+    topic: String,
+    group: String,
+    follow: bool,
+    max_record_bytes: usize,
+    assignment_timeout: Duration,
+    committed_at: Instant,
+    warned_unassigned: bool,
+    subscribed: bool,
+}
+
+fn fail(what: &str, e: impl std::fmt::Display) -> SourceError {
+    SourceError::Other(format!("kafka: {what}: {e}"))
+}
+
+impl KafkaSource {
+    pub async fn open(config: &Config, follow: bool) -> Result<Self, SourceError> {
+        let source = &config.source;
+        let topic = source.topic.clone().unwrap_or_default();
+        let group = source.group.clone().unwrap_or_default();
+        let assignment = Arc::new(Mutex::new(Assignment::new(Instant::now())));
+        let consumer: StreamConsumer<GroupContext> = settings::consumer(source)
+            .create_with_context(GroupContext::new(topic.clone(), assignment.clone()))
+            .map_err(|e| fail("cannot create the consumer", e))?;
+        // Fail at start, not at the assignment timeout, when the brokers are unreachable or
+        // the topic does not exist.
+        let metadata = consumer
+            .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
+            .map_err(|e| {
+                fail(
+                    &format!(
+                        "cannot reach {}",
+                        source.brokers.as_deref().unwrap_or_default()
+                    ),
+                    e,
+                )
+            })?;
+        match metadata.topics().iter().find(|t| t.name() == topic) {
+            Some(t) if t.error().is_none() && !t.partitions().is_empty() => {}
+            Some(t) => {
+                let why = t
+                    .error()
+                    .map(|e| format!("{:?}", rdkafka::types::RDKafkaErrorCode::from(e)));
+                return Err(fail(
+                    &format!("topic {topic:?} is not available"),
+                    why.unwrap_or_else(|| "no partitions".into()),
+                ));
+            }
+            None => return Err(fail(&format!("topic {topic:?}"), "does not exist")),
+        }
+        Ok(KafkaSource {
+            consumer,
+            assignment,
+            topic,
+            group,
+            follow,
+            max_record_bytes: source.max_record_bytes,
+            assignment_timeout: source.assignment_timeout,
+            committed_at: Instant::now(),
+            warned_unassigned: false,
+            subscribed: false,
+        })
+    }
+
+    /// Joins the group at the first pull, not at open: `sluice check` opens the source
+    /// too, and a member that joins and leaves would make the group's live workers
+    /// rebalance.
+    fn subscribe(&mut self) -> Result<(), SourceError> {
+        if !self.subscribed {
+            self.consumer
+                .subscribe(&[&self.topic])
+                .map_err(|e| fail("cannot subscribe", e))?;
+            self.subscribed = true;
+            *lock(&self.assignment) = Assignment::new(Instant::now());
+            tracing::info!(topic = %self.topic, group = %self.group, "joining the consumer group");
+        }
+        Ok(())
+    }
+
+    /// Turns a fetched message into a record, or `None` if its partition is not ours.
+    fn admit(&self, message: &BorrowedMessage<'_>) -> Option<Record> {
+        let partition = message.partition();
+        let offset = u64::try_from(message.offset()).ok()?;
+        if !lock(&self.assignment).admit(partition, offset) {
+            return None;
+        }
+        let body = message.payload().unwrap_or_default();
+        let (payload, oversize) = if body.len() > self.max_record_bytes {
+            (
+                body[..self.max_record_bytes].to_vec(),
+                Some(body.len() as u64),
+            )
+        } else {
+            (body.to_vec(), None)
+        };
+        let mut origin = String::with_capacity(self.topic.len() + 32);
+        let _ = write!(origin, "{}/{partition}/{offset}", self.topic);
+        Some(Record {
+            position: Position {
+                lane: partition,
+                start: offset,
+                end: offset + 1,
+            },
+            fallback_key: origin.clone(),
+            origin,
+            payload,
+            oversize,
+        })
+    }
+
+    /// Commits the settled offsets the store lacks: asynchronously and at most every
+    /// `COMMIT_EVERY` while running, synchronously when `final_commit`.
+    fn commit(&mut self, final_commit: bool) -> Result<(), SourceError> {
+        if !final_commit && self.committed_at.elapsed() < COMMIT_EVERY {
+            return Ok(());
+        }
+        let due = lock(&self.assignment).due();
+        if due.is_empty() {
+            return Ok(());
+        }
+        self.committed_at = Instant::now();
+        let list = offset_list(&self.topic, &due).map_err(|e| fail("commit", e))?;
+        let mode = if final_commit {
+            CommitMode::Sync
+        } else {
+            CommitMode::Async
+        };
+        match self.consumer.commit(&list, mode) {
+            Ok(()) => {
+                lock(&self.assignment).stored(&due);
+                Ok(())
+            }
+            Err(e) if final_commit => Err(fail("final offset commit failed", e)),
+            Err(e) => {
+                tracing::warn!("offset commit failed, will retry: {e}");
+                Ok(())
+            }
+        }
+    }
+
+    /// Fails a one-shot run that never got partitions; a daemon keeps waiting.
+    fn check_assignment(&mut self) -> Result<(), SourceError> {
+        let Some(waited) = lock(&self.assignment).unassigned_for(Instant::now()) else {
+            self.warned_unassigned = false;
+            return Ok(());
+        };
+        if waited < self.assignment_timeout {
+            return Ok(());
+        }
+        if !self.follow {
+            return Err(SourceError::Other(format!(
+                "kafka: group {:?} assigned no partitions of {:?} within {} (source.assignment_timeout); is the broker reachable?",
+                self.group,
+                self.topic,
+                humantime::format_duration(self.assignment_timeout)
+            )));
+        }
+        if !self.warned_unassigned {
+            self.warned_unassigned = true;
+            tracing::warn!(
+                group = %self.group,
+                topic = %self.topic,
+                "no partitions assigned after {}; still waiting",
+                humantime::format_duration(waited)
+            );
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Source for KafkaSource {
+    async fn pull(&mut self, max: usize) -> Result<Pulled, SourceError> {
+        self.subscribe()?;
+        self.commit(false)?;
+        let mut epoch = lock(&self.assignment).epoch();
+        let mut records = Vec::with_capacity(max.min(4096));
+        let deadline = tokio::time::Instant::now() + PULL_WAIT;
+        let mut stream = self.consumer.stream();
+        while records.len() < max {
+            // What is ready first; then wait, until the deadline, only while more may come:
+            // a pull under load returns a full batch, a caught-up pull returns at once.
+            let next = match stream.next().now_or_never() {
+                Some(Some(next)) => next,
+                None if lock(&self.assignment).all_at_end() => break,
+                _ => match tokio::time::timeout_at(deadline, stream.next()).await {
+                    Ok(Some(next)) => next,
+                    _ => break,
+                },
+            };
+            {
+                let assignment = lock(&self.assignment);
+                if assignment.epoch() != epoch {
+                    // A rebalance ran inside that poll: records of partitions taken away
+                    // (or handed over afresh) are fetched again from the committed offset.
+                    records.retain(|r: &Record| assignment.held_since(r.position.lane, epoch));
+                    epoch = assignment.epoch();
+                }
+            }
+            match next {
+                Ok(message) => records.extend(self.admit(&message)),
+                Err(KafkaError::PartitionEOF(partition)) => {
+                    lock(&self.assignment).reached_end(partition);
+                }
+                Err(e @ KafkaError::MessageConsumptionFatal(_)) => {
+                    return Err(fail("consumer failed", e));
+                }
+                Err(e) => tracing::warn!("kafka: {e}"),
+            }
+        }
+        drop(stream);
+        let caught_up = {
+            let mut assignment = lock(&self.assignment);
+            if !records.is_empty() {
+                assignment.active(Instant::now());
+            }
+            records.is_empty() && assignment.caught_up(Instant::now(), QUIET)
+        };
+        self.check_assignment()?;
+        Ok(Pulled { records, caught_up })
+    }
+
+    async fn ack(&mut self, positions: &[Position]) -> Result<(), SourceError> {
+        let mut moved = false;
+        {
+            let mut assignment = lock(&self.assignment);
+            for p in positions {
+                moved |= assignment.ack(p.lane, p.start);
+            }
+        }
+        if moved {
+            self.commit(false)?;
+        }
+        Ok(())
+    }
+
+    async fn backlog(&mut self) -> Result<Backlog, SourceError> {
+        Ok(lock(&self.assignment)
+            .backlog()
+            .map_or(Backlog::Unknown, Backlog::Records))
+    }
+
+    async fn close(&mut self, drained: bool) -> Result<(), SourceError> {
+        match self.commit(true) {
+            Err(e) if !drained => {
+                tracing::warn!("{e}; settled records will be delivered again");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
