@@ -157,3 +157,23 @@ fn unacknowledged_messages_stay_within_the_prefetch_bound() {
         "{peak} unacknowledged > prefetch bound {bound}"
     );
 }
+
+#[test]
+fn produce_publishes_every_line_with_confirms_and_run_drains_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = unique("sluice_produce");
+    write_records(&dir.path().join("in.ndjson"), 2_500, &[]);
+    config(dir.path(), &queue, 50_000.0);
+    let out = run_in(dir.path(), &["produce", "-c", "sluice.toml", "in.ndjson"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("2500"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(amqp_queue_counts(&queue), (2_500, 0));
+    let out = finish(worker(dir.path(), true), Duration::from_secs(60));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(rows(dir.path()), 2_500);
+    assert_eq!(amqp_queue_counts(&queue), (0, 0));
+}

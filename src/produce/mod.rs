@@ -2,6 +2,7 @@
 //! and waits until the queue confirmed each one. This is how examples and tests load a
 //! queue; each queue kind brings its own [`Publisher`].
 
+pub mod amqp;
 pub mod kafka;
 
 use std::path::Path;
@@ -50,9 +51,10 @@ pub trait Publisher: Send {
 }
 
 /// The publisher for the configured source's queue.
-pub fn open(config: &Config) -> Result<Box<dyn Publisher>, ProduceError> {
+pub async fn open(config: &Config) -> Result<Box<dyn Publisher>, ProduceError> {
     match config.source.kind {
         SourceKind::Kafka => Ok(Box::new(kafka::KafkaPublisher::open(&config.source)?)),
+        SourceKind::Amqp => Ok(Box::new(amqp::AmqpPublisher::open(&config.source).await?)),
         other => Err(ProduceError::NotAQueue(other)),
     }
 }
@@ -60,7 +62,7 @@ pub fn open(config: &Config) -> Result<Box<dyn Publisher>, ProduceError> {
 /// Publishes every non-blank line of `input` ("-" is stdin), keyed by the value at
 /// `sink.key` when it is set and the line has one.
 pub async fn produce(config: &Config, input: &Path) -> Result<Tally, ProduceError> {
-    let mut publisher = open(config)?;
+    let mut publisher = open(config).await?;
     let reader: Box<dyn AsyncRead + Unpin + Send> = if input.as_os_str() == "-" {
         Box::new(tokio::io::stdin())
     } else {
