@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 eval "$(scripts/services.sh)"
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
-cargo test -- --test-threads="${SLUICE_TEST_THREADS:-2}"
+cargo test --no-fail-fast -- --test-threads="${SLUICE_TEST_THREADS:-2}"
