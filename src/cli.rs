@@ -198,6 +198,7 @@ async fn run(args: RunArgs) -> u8 {
     let stats = Arc::new(Stats::default());
     // With leases the worker starts with its reserved rate and earns the rest.
     let initial_rate = match &config.leases {
+        Some(l) if l.by_assignment() => l.reserved.max(1.0),
         Some(l) => l.reserved,
         None => config.rate.records_per_second,
     };
@@ -232,11 +233,17 @@ async fn run(args: RunArgs) -> u8 {
             max_batch: config.sink.max_batch,
             max_in_flight: config.concurrency.max,
             grace: config.shutdown.grace,
+            capacity_by_share: config
+                .leases
+                .as_ref()
+                .filter(|l| l.by_assignment())
+                .map(|l| (l.capacity, l.reserved)),
         },
     );
     let (keeper_stop, keeper_shutdown) = shutdown::channel();
     let keeper = match &config.leases {
         None => None,
+        Some(l) if l.by_assignment() => None,
         Some(l) => {
             match lease_keeper(l, config.rate.tick, pipeline.target_rate(), stats.clone()).await {
                 Ok(k) => Some(k.spawn(keeper_shutdown)),
@@ -291,6 +298,11 @@ async fn run(args: RunArgs) -> u8 {
 }
 
 async fn lease_store(l: &LeasesConfig) -> Result<Arc<dyn LeaseStore>, LeaseError> {
+    if l.by_assignment() {
+        return Err(LeaseError(
+            "store = \"kafka\" keeps no leases: the capacity follows the consumer group's assignment".into(),
+        ));
+    }
     Ok(Arc::new(
         PgLeaseStore::connect(&l.store, &l.pool, l.partitions, l.ttl).await?,
     ))

@@ -61,13 +61,16 @@ pub struct TelemetryConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeasesConfig {
-    /// Where leases live: a `postgres://` URL.
+    /// Where leases live: a `postgres://` URL; or `"kafka"`: the capacity follows the
+    /// consumer group's assignment (capacity × assigned / topic partitions), no store.
     pub store: String,
     /// The shared capacity's name; workers with the same pool share it.
+    #[serde(default)]
     pub pool: String,
     /// Records per second the sink takes in total.
     pub capacity: f64,
     /// The capacity is cut into this many equal leases.
+    #[serde(default)]
     pub partitions: u32,
     #[serde(with = "humantime_serde", default = "default_lease_ttl")]
     pub ttl: Duration,
@@ -77,6 +80,13 @@ pub struct LeasesConfig {
     /// Leases are given back after this long without demand.
     #[serde(with = "humantime_serde", default = "default_idle_grace")]
     pub idle_grace: Duration,
+}
+
+impl LeasesConfig {
+    /// The capacity is divided by the Kafka group's assignment, not by leases in a store.
+    pub fn by_assignment(&self) -> bool {
+        self.store == "kafka"
+    }
 }
 
 fn default_lease_ttl() -> Duration {

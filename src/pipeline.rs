@@ -42,6 +42,9 @@ pub struct RunOptions {
     pub max_in_flight: usize,
     /// How long batches in flight may take to finish after shutdown is requested.
     pub grace: Duration,
+    /// `(capacity, reserved)` when the rate is the source's share of a capacity (Kafka:
+    /// assigned / topic partitions), re-read every tick so a rebalance re-divides it.
+    pub capacity_by_share: Option<(f64, f64)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -180,6 +183,15 @@ impl Pipeline {
                 // which gets exactly one new quantum. The ceiling is the static or leased
                 // rate; throttling scales it down.
                 let quantum = self.cadence.quantum();
+                if let Some((capacity, reserved)) = self.options.capacity_by_share
+                    && let Some(share) = self.source.capacity_share()
+                {
+                    // Nothing assigned: keep pulling at a trickle, since pulling is what
+                    // joins the group (and a worker with no partitions pulls nothing).
+                    let rate = capacity * share + reserved;
+                    self.target_rate
+                        .set(if share == 0.0 { rate.max(1.0) } else { rate });
+                }
                 self.pressure.set_ceiling(self.target_rate.get());
                 self.cadence.set_rate(self.pressure.rate());
                 self.stats.set_rate_limit(self.cadence.rate());

@@ -127,6 +127,7 @@ fn pipeline(
             max_batch,
             max_in_flight,
             grace: Duration::from_secs(30),
+            capacity_by_share: None,
         },
     );
     (p, sink, acked)

@@ -130,3 +130,49 @@ fn no_log_line_shows_a_password() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(!err.contains("n0t-the-pw"), "{err}");
 }
+
+#[test]
+fn readyz_follows_the_sink() {
+    let relay = CuttableRelay::start("127.0.0.1:5432");
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 100, &[]);
+    let port = free_port();
+    let table = unique("sluice_ready");
+    let sink_url = pg_url().replace(":5432/", &format!(":{}/", relay.port));
+    std::fs::write(
+        dir.path().join("sluice.toml"),
+        format!(
+            "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n[sink]\nkind = \"postgres\"\nurl = {sink_url:?}\ntable = {table:?}\nkey = \"/id\"\n[telemetry]\nlisten = \"127.0.0.1:{port}\"\n"
+        ),
+    )
+    .unwrap();
+    let child = sluice()
+        .current_dir(dir.path())
+        .args(["run", "-c", "sluice.toml"])
+        .spawn()
+        .unwrap();
+    let ready = format!("http://127.0.0.1:{port}/readyz");
+    let wait_for = |want_ok: bool, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (code, body) = get(&ready);
+            if (code == 200) == want_ok && code != 0 {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "{what}: still {code} {body}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_for(true, "ready at start");
+    relay.cut();
+    let body = wait_for(false, "not ready while PostgreSQL is unreachable");
+    assert!(body.contains("sink"), "{body}");
+    relay.restore();
+    wait_for(true, "ready again");
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+}

@@ -55,6 +55,12 @@ pub trait Source: Send {
         })
     }
 
+    /// The share of a partitioned capacity this worker holds now, for sources that divide
+    /// work among workers themselves (Kafka: assigned / topic partitions).
+    fn capacity_share(&self) -> Option<f64> {
+        None
+    }
+
     /// Whether the source can deliver now (a queue source: connected).
     fn is_up(&self) -> bool {
         true

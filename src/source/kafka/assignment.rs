@@ -75,6 +75,11 @@ impl Assignment {
         }
     }
 
+    /// Partitions the group gives this worker now (0 before the first assignment).
+    pub fn assigned(&self) -> usize {
+        self.lanes.as_ref().map_or(0, BTreeMap::len)
+    }
+
     pub fn epoch(&self) -> u64 {
         self.epoch
     }

@@ -46,6 +46,8 @@ pub struct KafkaSource {
     committed_at: Instant,
     warned_unassigned: bool,
     subscribed: bool,
+    /// The topic's partition count, for the share of a capacity split by assignment.
+    partitions: usize,
 }
 
 fn fail(what: &str, e: impl std::fmt::Display) -> SourceError {
@@ -74,8 +76,8 @@ impl KafkaSource {
                     e,
                 )
             })?;
-        match metadata.topics().iter().find(|t| t.name() == topic) {
-            Some(t) if t.error().is_none() && !t.partitions().is_empty() => {}
+        let partitions = match metadata.topics().iter().find(|t| t.name() == topic) {
+            Some(t) if t.error().is_none() && !t.partitions().is_empty() => t.partitions().len(),
             Some(t) => {
                 let why = t
                     .error()
@@ -86,8 +88,9 @@ impl KafkaSource {
                 ));
             }
             None => return Err(fail(&format!("topic {topic:?}"), "does not exist")),
-        }
+        };
         Ok(KafkaSource {
+            partitions,
             consumer,
             assignment,
             topic,
@@ -271,6 +274,10 @@ impl Source for KafkaSource {
             self.commit(false)?;
         }
         Ok(())
+    }
+
+    fn capacity_share(&self) -> Option<f64> {
+        Some(lock(&self.assignment).assigned() as f64 / self.partitions.max(1) as f64)
     }
 
     async fn backlog(&mut self) -> Result<Backlog, SourceError> {

@@ -1,0 +1,94 @@
+//! `[leases] store = "kafka"`: the capacity follows the consumer group's assignment, so a
+//! rebalance re-divides it with no lease store. Real Tansu broker and PostgreSQL.
+
+mod kafka_pg_support;
+
+use std::time::{Duration, Instant};
+
+use kafka_pg_support::*;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The worker's current rate from its /metrics, if it answers.
+async fn rate(port: u16) -> Option<f64> {
+    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find(|l| l.starts_with("sluice_rate_limit_records_per_second "))?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+async fn wait_for_rates(ports: &[u16], want: f64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let mut rates = Vec::new();
+        for p in ports {
+            rates.push(rate(*p).await);
+        }
+        if rates.iter().all(|r| *r == Some(want)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: rates {rates:?}, want {want} each"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_follows_the_group_assignment() {
+    let topic = unique("sluice_share");
+    create_topic(&topic, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let table = topic.replace('-', "_");
+    let config = write_config(
+        dir.path(),
+        &topic,
+        &table,
+        "key = \"/id\"",
+        "\n[leases]\nstore = \"kafka\"\ncapacity = 400\n",
+    );
+    let input = dir.path().join("in.ndjson");
+    write_records(&input, 100_000, &[]);
+    assert_eq!(produce(&config, &input).await, 100_000);
+
+    let ports = [free_port(), free_port()];
+    let mut workers: Vec<_> = ports
+        .iter()
+        .map(|port| {
+            let mut cmd = sluice();
+            cmd.arg("run")
+                .arg("--config")
+                .arg(&config)
+                .env("SLUICE_TELEMETRY__LISTEN", format!("127.0.0.1:{port}"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    // Four partitions, two workers: two each, 200 rec/s each.
+    wait_for_rates(&ports, 200.0, "two workers").await;
+    let mut gone = workers.remove(0);
+    gone.start_kill().unwrap();
+    gone.wait().await.unwrap();
+    // The survivor is given all four: the whole 400 rec/s.
+    wait_for_rates(&ports[1..], 400.0, "after one worker died").await;
+    let mut last = workers.remove(0);
+    last.start_kill().unwrap();
+    last.wait().await.unwrap();
+    delete_topic(&topic);
+}
