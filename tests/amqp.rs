@@ -20,20 +20,6 @@ fn config(dir: &Path, queue: &str, rate: f64) {
     .unwrap();
 }
 
-fn worker(dir: &Path, until_empty: bool) -> Child {
-    let mut args = vec!["run", "-c", "sluice.toml", "--summary", "json"];
-    if until_empty {
-        args.push("--until-empty");
-    }
-    sluice()
-        .current_dir(dir)
-        .args(&args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
 fn finish(child: Child, within: Duration) -> std::process::Output {
     let deadline = Instant::now() + within;
     let mut child = child;

@@ -1,19 +1,13 @@
 //! `[leases] store = "kafka"`: the capacity follows the consumer group's assignment, so a
 //! rebalance re-divides it with no lease store. Real Tansu broker and PostgreSQL.
 
+mod common;
 mod kafka_pg_support;
 
 use std::time::{Duration, Instant};
 
+use common::free_port;
 use kafka_pg_support::*;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The worker's current rate from its /metrics, if it answers.
 async fn rate(port: u16) -> Option<f64> {

@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -77,20 +77,6 @@ fn config(dir: &Path, queue: &str, pool: &str, store_port: u16, reserved: f64, s
         ),
     )
     .unwrap();
-}
-
-fn worker(dir: &Path, until_empty: bool) -> Child {
-    let mut args = vec!["run", "-c", "sluice.toml", "--summary", "json"];
-    if until_empty {
-        args.push("--until-empty");
-    }
-    sluice()
-        .current_dir(dir)
-        .args(&args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
 }
 
 fn lease_holders(dir: &Path) -> serde_json::Value {

@@ -6,14 +6,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn get(url: &str) -> (u16, String) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -99,6 +99,18 @@ pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
     }
 }
 
+/// Readiness of a database sink: a trivial query through its pool.
+pub async fn probe_pool<'c, E>(pool: E) -> Result<(), String>
+where
+    E: sqlx::Executor<'c>,
+{
+    sqlx::raw_sql("SELECT 1")
+        .execute(pool)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// A stable identity for a dead letter: the same record failing again is one letter.
 pub fn dead_letter_fingerprint(letter: &DeadLetter) -> String {
     use sha2::{Digest, Sha256};

@@ -125,11 +125,7 @@ impl Sink for SqliteSink {
     }
 
     async fn probe(&self) -> Result<(), String> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        super::probe_pool(&self.pool).await
     }
 
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {

@@ -233,3 +233,27 @@ impl CuttableRelay {
         self.up.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// `sluice run -c sluice.toml --summary json` in `dir`, stdout and stderr captured.
+pub fn worker(dir: &Path, until_empty: bool) -> std::process::Child {
+    let mut args = vec!["run", "-c", "sluice.toml", "--summary", "json"];
+    if until_empty {
+        args.push("--until-empty");
+    }
+    sluice()
+        .current_dir(dir)
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -267,11 +267,7 @@ fn is_unique_violation(err: &sqlx::Error) -> bool {
 #[async_trait]
 impl Sink for PostgresSink {
     async fn probe(&self) -> Result<(), String> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        super::probe_pool(&self.pool).await
     }
 
     async fn write(&self, rows: &[Row]) -> WriteOutcome {
