@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 pub struct Watermark {
     /// Everything before this is acknowledged.
     committed: u64,
-    /// Pulled spans not yet acknowledged or not yet contiguous with `committed`: start → (end, acked).
-    spans: BTreeMap<u64, (u64, bool)>,
+    /// Pulled spans not yet folded into `committed`: start (clamped to `committed`) →
+    /// (end, acked, the start it was pulled with).
+    spans: BTreeMap<u64, (u64, bool, u64)>,
 }
 
 impl Watermark {
@@ -26,7 +27,7 @@ impl Watermark {
 
     /// Spans handed out and not yet folded into `committed`.
     pub fn outstanding(&self) -> usize {
-        self.spans.values().filter(|(_, acked)| !acked).count()
+        self.spans.values().filter(|(_, acked, _)| !acked).count()
     }
 
     /// Records that `[start, end)` was handed out. Gaps before it (skipped offsets, such as
@@ -36,17 +37,20 @@ impl Watermark {
         if end <= self.committed {
             return;
         }
-        self.spans.insert(start.max(self.committed), (end, false));
+        self.spans.insert(start.max(self.committed), (end, false, start));
     }
 
     /// Marks a span acknowledged; returns the new committed position if it moved.
     pub fn ack(&mut self, start: u64) -> Option<u64> {
+        // Only the span pulled with this start: a stale ack (of a span already folded in)
+        // must not mark the span that now begins at `committed`.
         let key = start.max(self.committed);
-        if let Some(span) = self.spans.get_mut(&key) {
-            span.1 = true;
+        match self.spans.get_mut(&key) {
+            Some(span) if span.2 == start => span.1 = true,
+            _ => return None,
         }
         let before = self.committed;
-        while let Some((&start, &(end, acked))) = self.spans.first_key_value() {
+        while let Some((&start, &(end, acked, _))) = self.spans.first_key_value() {
             if !acked {
                 break;
             }
@@ -85,6 +89,18 @@ mod tests {
         w.pulled(105, 106);
         assert_eq!(w.ack(105), None);
         assert_eq!(w.ack(102), Some(106));
+    }
+
+    #[test]
+    fn a_stale_ack_does_not_acknowledge_the_next_span() {
+        let mut w = Watermark::new(0);
+        w.pulled(0, 10);
+        w.pulled(10, 20);
+        assert_eq!(w.ack(0), Some(10));
+        assert_eq!(w.ack(0), None, "acked twice");
+        assert_eq!(w.committed(), 10);
+        assert_eq!(w.outstanding(), 1, "the span at 10 is still unwritten");
+        assert_eq!(w.ack(10), Some(20));
     }
 
     #[test]
