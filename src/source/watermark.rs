@@ -37,7 +37,8 @@ impl Watermark {
         if end <= self.committed {
             return;
         }
-        self.spans.insert(start.max(self.committed), (end, false, start));
+        self.spans
+            .insert(start.max(self.committed), (end, false, start));
     }
 
     /// Marks a span acknowledged; returns the new committed position if it moved.
