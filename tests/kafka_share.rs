@@ -86,3 +86,43 @@ async fn capacity_follows_the_group_assignment() {
     last.wait().await.unwrap();
     delete_topic(&topic);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_counts_a_topic_backlog_exactly() {
+    let topic = unique("sluice_plan");
+    create_topic(&topic, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let table = topic.replace('-', "_");
+    let config = write_config(dir.path(), &topic, &table, "key = \"/id\"", "");
+    let input = dir.path().join("in.ndjson");
+    write_records(&input, 4_321, &[]);
+    assert_eq!(produce(&config, &input).await, 4_321);
+    let plan = |config: std::path::PathBuf| async move {
+        let out = sluice()
+            .args(["plan", "--json", "--config"])
+            .arg(&config)
+            .output()
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    assert_eq!(plan(config.clone()).await["backlog"], 4_321);
+    // Drain part of it; the plan counts from the group's committed offsets.
+    let out = sluice()
+        .args([
+            "run",
+            "--max-records",
+            "1000",
+            "--summary",
+            "json",
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(plan(config.clone()).await["backlog"], 4_321 - 1_000);
+    delete_topic(&topic);
+}

@@ -4,6 +4,7 @@
 //! local queue is bounded, so memory stays flat whatever the backlog.
 
 pub mod assignment;
+pub mod backlog_scan;
 pub mod context;
 pub mod settings;
 
@@ -48,6 +49,8 @@ pub struct KafkaSource {
     subscribed: bool,
     /// The topic's partition count, for the share of a capacity split by assignment.
     partitions: usize,
+    /// For the backlog count's own reader.
+    config: crate::config::SourceConfig,
 }
 
 fn fail(what: &str, e: impl std::fmt::Display) -> SourceError {
@@ -91,6 +94,7 @@ impl KafkaSource {
         };
         Ok(KafkaSource {
             partitions,
+            config: source.clone(),
             consumer,
             assignment,
             topic,
@@ -274,6 +278,14 @@ impl Source for KafkaSource {
             self.commit(false)?;
         }
         Ok(())
+    }
+
+    async fn count_backlog(&mut self) -> Result<Option<u64>, SourceError> {
+        let config = self.config.clone();
+        tokio::task::spawn_blocking(move || backlog_scan::count(&config, Duration::from_secs(60)))
+            .await
+            .map_err(|e| SourceError::Other(format!("kafka: counting the backlog: {e}")))?
+            .map(Some)
     }
 
     fn capacity_share(&self) -> Option<f64> {
