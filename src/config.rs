@@ -201,7 +201,13 @@ pub enum SinkKind {
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
     pub kind: SinkKind,
+    #[serde(default)]
     pub url: String,
+    /// http: several endpoints instead of `url`, balanced by `[sink.balance]`.
+    #[serde(default)]
+    pub urls: Vec<EndpointConfig>,
+    #[serde(default)]
+    pub balance: BalanceConfig,
     #[serde(default = "default_table")]
     pub table: String,
     /// JSON pointer to the record key; absent means the source position is the key.
@@ -231,6 +237,50 @@ pub struct SinkConfig {
     pub throttle_sqlstates: Vec<String>,
     /// PostgreSQL: connections in the pool; default `concurrency.max + 1`.
     pub max_connections: Option<u32>,
+}
+
+/// One endpoint of a sink served by several hosts: a URL, or a URL and its zone.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EndpointConfig {
+    Url(String),
+    Zoned { url: String, zone: Option<String> },
+}
+
+impl EndpointConfig {
+    pub fn url(&self) -> &str {
+        match self {
+            EndpointConfig::Url(u) | EndpointConfig::Zoned { url: u, .. } => u,
+        }
+    }
+
+    pub fn zone(&self) -> Option<&str> {
+        match self {
+            EndpointConfig::Url(_) => None,
+            EndpointConfig::Zoned { zone, .. } => zone.as_deref(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BalanceConfig {
+    pub strategy: crate::control::balance::balancer::Strategy,
+    /// This worker's zone: endpoints of other zones are used only when none here is up.
+    pub zone: Option<String>,
+    /// How fast the peak-EWMA latency forgets a slow answer.
+    #[serde(with = "humantime_serde")]
+    pub decay: Duration,
+}
+
+impl Default for BalanceConfig {
+    fn default() -> Self {
+        BalanceConfig {
+            strategy: Default::default(),
+            zone: None,
+            decay: Duration::from_secs(10),
+        }
+    }
 }
 
 fn default_table() -> String {
@@ -561,7 +611,20 @@ impl Config {
                 "must be positive",
             ));
         }
-        if self.sink.url.trim().is_empty() {
+        if !self.sink.urls.is_empty() {
+            if self.sink.kind != SinkKind::Http {
+                return Err(ConfigError::invalid(
+                    "sink.urls",
+                    "only kind = \"http\" takes several endpoints",
+                ));
+            }
+            if !self.sink.url.is_empty() {
+                return Err(ConfigError::invalid(
+                    "sink.urls",
+                    "set url or urls, not both",
+                ));
+            }
+        } else if self.sink.url.trim().is_empty() {
             return Err(ConfigError::invalid("sink.url", "must not be empty"));
         }
         if let SinkKind::Sqlite = self.sink.kind
@@ -649,17 +712,23 @@ impl Config {
     }
 
     fn validate_http_sink(&self) -> Result<(), ConfigError> {
-        let url = reqwest::Url::parse(&self.sink.url).map_err(|e| {
-            ConfigError::invalid("sink.url", format!("{:?} is not a URL: {e}", self.sink.url))
-        })?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(ConfigError::invalid(
-                "sink.url",
-                format!(
-                    "kind = \"http\" needs an http(s):// URL, got {:?}",
-                    self.sink.url
-                ),
-            ));
+        let (key, urls): (&'static str, Vec<&str>) = if self.sink.urls.is_empty() {
+            ("sink.url", vec![self.sink.url.as_str()])
+        } else {
+            (
+                "sink.urls",
+                self.sink.urls.iter().map(EndpointConfig::url).collect(),
+            )
+        };
+        for text in urls {
+            let url = reqwest::Url::parse(text)
+                .map_err(|e| ConfigError::invalid(key, format!("{text:?} is not a URL: {e}")))?;
+            if !matches!(url.scheme(), "http" | "https") {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("kind = \"http\" needs an http(s):// URL, got {text:?}"),
+                ));
+            }
         }
         if self.sink.timeout.is_zero() {
             return Err(ConfigError::invalid(

@@ -12,6 +12,9 @@ use crate::stats::Stats;
 
 pub const WRITE_SECONDS: &str = "sluice_sink_write_duration_seconds";
 pub const REQUESTS: &str = "sluice_sink_requests_total";
+pub const ENDPOINT_REQUESTS: &str = "sluice_endpoint_requests_total";
+pub const ENDPOINT_LATENCY: &str = "sluice_endpoint_latency_seconds";
+pub const ENDPOINT_UP: &str = "sluice_endpoint_up";
 
 /// The process-wide recorder; installed once, on first use.
 pub fn handle() -> &'static PrometheusHandle {
@@ -59,6 +62,12 @@ fn describe() {
     );
     describe_counter!(REQUESTS, "Sink writes by outcome.");
     describe_histogram!(WRITE_SECONDS, metrics::Unit::Seconds, "Sink write latency.");
+    describe_counter!(ENDPOINT_REQUESTS, "Requests per sink endpoint, by outcome.");
+    describe_gauge!(
+        ENDPOINT_LATENCY,
+        "Peak-EWMA latency estimate per sink endpoint."
+    );
+    describe_gauge!(ENDPOINT_UP, "1 while a sink endpoint is not marked down.");
     describe_gauge!(
         "sluice_rate_limit_records_per_second",
         "The cadence's current rate."
