@@ -203,7 +203,7 @@ pub struct SinkConfig {
     pub kind: SinkKind,
     #[serde(default)]
     pub url: String,
-    /// http: several endpoints instead of `url`, balanced by `[sink.balance]`.
+    /// http, postgres: several endpoints instead of `url`, balanced by `[sink.balance]`.
     #[serde(default)]
     pub urls: Vec<EndpointConfig>,
     #[serde(default)]
@@ -612,10 +612,10 @@ impl Config {
             ));
         }
         if !self.sink.urls.is_empty() {
-            if self.sink.kind != SinkKind::Http {
+            if self.sink.kind == SinkKind::Sqlite {
                 return Err(ConfigError::invalid(
                     "sink.urls",
-                    "only kind = \"http\" takes several endpoints",
+                    "kind = \"sqlite\" is one local file: set url",
                 ));
             }
             if !self.sink.url.is_empty() {

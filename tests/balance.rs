@@ -197,3 +197,53 @@ fn the_other_zone_is_used_only_when_the_local_one_is_down() {
     assert!(b > 0, "zone b took over");
     assert!(a0 + a1 + b >= 3_000, "{a0} + {a1} + {b}");
 }
+
+#[test]
+fn postgres_endpoints_fail_over() {
+    // Two ways to the same database: one direct, one through a relay that is cut mid-run.
+    let relay = CuttableRelay::start("127.0.0.1:5432");
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 5_000, &[]);
+    let table = unique("sluice_balanced");
+    let direct = pg_url();
+    let relayed = pg_url().replace(":5432/", &format!(":{}/", relay.port));
+    std::fs::write(
+        dir.path().join("sluice.toml"),
+        format!(
+            "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n\
+             [sink]\nkind = \"postgres\"\nurls = [{direct:?}, {relayed:?}]\ntable = {table:?}\nkey = \"/id\"\nmax_batch = 50\n\n\
+             [sink.balance]\nstrategy = \"round-robin\"\n\n\
+             [rate]\nrecords_per_second = 2500\n"
+        ),
+    )
+    .unwrap();
+    let child = worker(dir.path(), true);
+    std::thread::sleep(Duration::from_millis(1_000));
+    relay.cut();
+    let out = finish(child, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = summary(&out);
+    assert_eq!(s["written"], 5_000, "{s}");
+    assert_eq!(s["dead_lettered"], 0);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let n: i64 = rt.block_on(async {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&direct)
+            .await
+            .unwrap();
+        let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "select count(*) from \"{table}\""
+        )))
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("drop table \"{table}\"")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        n
+    });
+    assert_eq!(n, 5_000);
+}

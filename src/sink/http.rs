@@ -10,10 +10,8 @@ pub mod envelope;
 pub mod headers;
 pub mod response;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-
-use tokio::time::Instant;
 
 use async_trait::async_trait;
 use http::header::CONTENT_TYPE;
@@ -21,42 +19,19 @@ use http::header::CONTENT_TYPE;
 use super::dead_letters::{self, DeadLetterStore};
 use super::{Sink, SinkError, WriteOutcome};
 use crate::config::{HttpFormat, SinkConfig};
-use crate::control::backoff::Backoff;
-use crate::control::balance::balancer::Balancer;
 use crate::record::{DeadLetter, Row};
-use crate::telemetry::metrics::{ENDPOINT_LATENCY, ENDPOINT_REQUESTS, ENDPOINT_UP};
 
 /// Most of a response body read: plenty for counts or an error message.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 
 pub struct HttpSink {
     client: reqwest::Client,
-    /// One endpoint (`url`), or several (`urls`) chosen per batch by the balancer.
-    endpoints: Vec<Endpoint>,
-    balancer: Option<Mutex<Balancer>>,
+    url: reqwest::Url,
+    /// The URL as messages show it: without a password.
+    shown_url: String,
     format: HttpFormat,
     max_delay: Duration,
     dead_letters: Arc<dyn DeadLetterStore>,
-}
-
-struct Endpoint {
-    url: reqwest::Url,
-    /// The URL as messages and metrics show it: without a password.
-    shown: String,
-}
-
-impl Endpoint {
-    fn parse(text: &str) -> Result<Endpoint, String> {
-        let url = reqwest::Url::parse(text).map_err(|e| e.to_string())?;
-        let mut shown = url.clone();
-        if shown.password().is_some() {
-            let _ = shown.set_password(Some("***"));
-        }
-        Ok(Endpoint {
-            url,
-            shown: shown.to_string(),
-        })
-    }
 }
 
 impl HttpSink {
@@ -75,39 +50,19 @@ impl HttpSink {
             .connect_timeout(config.timeout)
             .build()
             .map_err(|e| fail(chain(e)))?;
-        let (endpoints, balancer) = if config.urls.is_empty() {
-            (vec![Endpoint::parse(&config.url).map_err(fail)?], None)
-        } else {
-            let endpoints = config
-                .urls
-                .iter()
-                .map(|e| Endpoint::parse(e.url()))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(fail)?;
-            let balancer = Balancer::new(
-                config.balance.strategy,
-                config.balance.zone.clone(),
-                config
-                    .urls
-                    .iter()
-                    .map(|e| e.zone().map(String::from))
-                    .collect(),
-                Duration::from_millis(100),
-                config.balance.decay,
-                Backoff::new(Duration::from_millis(500), Duration::from_secs(30), 2.0),
-                rand::random(),
-                Instant::now(),
-            );
-            (endpoints, Some(Mutex::new(balancer)))
-        };
+        let url = reqwest::Url::parse(&config.url).map_err(|e| fail(e.to_string()))?;
+        let mut shown_url = url.clone();
+        if shown_url.password().is_some() {
+            let _ = shown_url.set_password(Some("***"));
+        }
         let store = config
             .dead_letters
             .as_ref()
             .ok_or_else(|| fail("sink.dead_letters is required for an http sink".into()))?;
         Ok(HttpSink {
             client,
-            endpoints,
-            balancer,
+            url,
+            shown_url: shown_url.to_string(),
             format: config.format,
             max_delay,
             dead_letters: dead_letters::open(store).await?,
@@ -115,72 +70,12 @@ impl HttpSink {
     }
 }
 
-impl HttpSink {
-    fn balancer(&self) -> std::sync::MutexGuard<'_, Balancer> {
-        self.balancer
-            .as_ref()
-            .expect("several endpoints")
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Several endpoints: a throttled or unreachable endpoint is set aside on its own and
-    /// the batch goes to another; only when none is available does the worker hear of it.
-    async fn write_balanced(&self, rows: &[Row]) -> WriteOutcome {
-        for _ in 0..self.endpoints.len() * 2 {
-            let now = Instant::now();
-            let Some(i) = self.balancer().pick(now) else {
-                break;
-            };
-            let began = Instant::now();
-            let outcome = self.send(&self.endpoints[i], rows).await;
-            let done = Instant::now();
-            let rtt = done - began;
-            let endpoint = self.endpoints[i].shown.clone();
-            metrics::counter!(ENDPOINT_REQUESTS, "endpoint" => endpoint.clone(), "outcome" => outcome.label())
-                .increment(1);
-            let mut balancer = self.balancer();
-            match &outcome {
-                WriteOutcome::Throttled { retry_after, .. } => {
-                    let wait = retry_after.unwrap_or(Duration::from_secs(1));
-                    balancer.throttled(i, rtt, done + wait, done);
-                }
-                WriteOutcome::Unavailable(_) => balancer.failed(i, done),
-                _ => balancer.answered(i, rtt, done),
-            }
-            let state = &balancer.endpoints()[i];
-            metrics::gauge!(ENDPOINT_LATENCY, "endpoint" => endpoint.clone())
-                .set(state.latency.estimate().as_secs_f64());
-            metrics::gauge!(ENDPOINT_UP, "endpoint" => endpoint).set(if state.is_down(done) {
-                0.0
-            } else {
-                1.0
-            });
-            drop(balancer);
-            match outcome {
-                WriteOutcome::Throttled { .. } | WriteOutcome::Unavailable(_) => continue,
-                other => return other,
-            }
-        }
-        let balancer = self.balancer();
-        let now = Instant::now();
-        let wait = balancer
-            .next_available()
-            .map(|t| t.saturating_duration_since(now));
-        if balancer.endpoints().iter().all(|e| e.is_down(now)) {
-            WriteOutcome::Unavailable("every endpoint is down".into())
-        } else {
-            WriteOutcome::Throttled {
-                retry_after: wait,
-                reason: "every endpoint is throttled or down".into(),
-            }
-        }
-    }
-
-    async fn send(&self, endpoint: &Endpoint, rows: &[Row]) -> WriteOutcome {
+#[async_trait]
+impl Sink for HttpSink {
+    async fn write(&self, rows: &[Row]) -> WriteOutcome {
         let sent = self
             .client
-            .post(endpoint.url.clone())
+            .post(self.url.clone())
             .header(CONTENT_TYPE, envelope::content_type(self.format))
             .header("idempotency-key", envelope::idempotency_key(rows))
             .body(envelope::encode(rows, self.format))
@@ -189,9 +84,9 @@ impl HttpSink {
         let mut answer = match sent {
             Ok(answer) => answer,
             Err(e) if e.is_connect() => {
-                return WriteOutcome::Unavailable(format!("{}: {}", endpoint.shown, chain(e)));
+                return WriteOutcome::Unavailable(format!("{}: {}", self.shown_url, chain(e)));
             }
-            Err(e) => return WriteOutcome::Transient(format!("{}: {}", endpoint.shown, chain(e))),
+            Err(e) => return WriteOutcome::Transient(format!("{}: {}", self.shown_url, chain(e))),
         };
         let status = answer.status();
         let headers = std::mem::take(answer.headers_mut());
@@ -211,17 +106,6 @@ impl HttpSink {
             SystemTime::now(),
             self.max_delay,
         )
-    }
-}
-
-#[async_trait]
-impl Sink for HttpSink {
-    async fn write(&self, rows: &[Row]) -> WriteOutcome {
-        if self.balancer.is_some() {
-            self.write_balanced(rows).await
-        } else {
-            self.send(&self.endpoints[0], rows).await
-        }
     }
 
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {

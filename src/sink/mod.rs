@@ -2,6 +2,7 @@
 //! duplicate, not a second row) and says how it went, so the pipeline can retry, back off,
 //! split the batch, or dead-letter — and acknowledge only what is durably written.
 
+pub mod balanced;
 pub mod dead_letters;
 pub mod http;
 pub mod identifier;
@@ -90,6 +91,27 @@ pub struct SinkError {
 
 /// Opens the sink the configuration names and creates its tables if missing.
 pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
+    if config.sink.urls.is_empty() {
+        return open_one(config).await;
+    }
+    let mut endpoints = Vec::with_capacity(config.sink.urls.len());
+    for endpoint in &config.sink.urls {
+        let mut one = config.clone();
+        one.sink.url = endpoint.url().to_string();
+        one.sink.urls.clear();
+        endpoints.push(balanced::Endpoint {
+            sink: open_one(&one).await?,
+            name: crate::redact::redact(endpoint.url()),
+            zone: endpoint.zone().map(String::from),
+        });
+    }
+    Ok(Arc::new(balanced::BalancedSink::new(
+        endpoints,
+        &config.sink.balance,
+    )))
+}
+
+async fn open_one(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
     match config.sink.kind {
         SinkKind::Sqlite => Ok(Arc::new(sqlite::SqliteSink::open(&config.sink).await?)),
         SinkKind::Http => Ok(Arc::new(

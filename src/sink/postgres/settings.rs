@@ -23,18 +23,23 @@ pub fn validate(sink: &SinkConfig) -> Result<(), ConfigError> {
         }
         return Ok(());
     }
-    if !(sink.url.starts_with("postgres://") || sink.url.starts_with("postgresql://")) {
-        return Err(ConfigError::invalid(
-            "sink.url",
-            format!(
-                "kind = \"postgres\" needs a postgres:// or postgresql:// URL, got {:?}",
-                sink.url
-            ),
-        ));
+    let (key, urls): (&'static str, Vec<&str>) = if sink.urls.is_empty() {
+        ("sink.url", vec![sink.url.as_str()])
+    } else {
+        ("sink.urls", sink.urls.iter().map(|e| e.url()).collect())
+    };
+    for url in urls {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(ConfigError::invalid(
+                key,
+                format!(
+                    "kind = \"postgres\" needs a postgres:// or postgresql:// URL, got {url:?}"
+                ),
+            ));
+        }
+        url.parse::<sqlx::postgres::PgConnectOptions>()
+            .map_err(|e| ConfigError::invalid(key, e.to_string()))?;
     }
-    sink.url
-        .parse::<sqlx::postgres::PgConnectOptions>()
-        .map_err(|e| ConfigError::invalid("sink.url", e.to_string()))?;
     if let Some(columns) = &sink.columns {
         if columns.is_empty() {
             return Err(ConfigError::invalid(
