@@ -20,22 +20,6 @@ fn config(dir: &Path, queue: &str, rate: f64) {
     .unwrap();
 }
 
-fn finish(child: Child, within: Duration) -> std::process::Output {
-    let deadline = Instant::now() + within;
-    let mut child = child;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
-            panic!("worker did not finish in {within:?}: {}", stderr(&out));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn rows(dir: &Path) -> i64 {
     sqlite_count(&dir.join("out.db"), "select count(*) from records")
 }

@@ -108,19 +108,6 @@ fn shares(strategy: &str) -> Vec<u64> {
     got
 }
 
-fn finish(child: std::process::Child, within: Duration) -> std::process::Output {
-    let deadline = std::time::Instant::now() + within;
-    let mut child = child;
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "worker did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    child.wait_with_output().unwrap()
-}
-
 #[test]
 fn p2c_ewma_favours_the_fast_endpoint_and_round_robin_splits_evenly() {
     let ewma = shares("p2c-ewma");

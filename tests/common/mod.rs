@@ -257,3 +257,19 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Waits at most `within` for a worker; kills it and fails with its stderr if it runs on.
+pub fn finish(mut child: std::process::Child, within: std::time::Duration) -> Output {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!("worker did not finish in {within:?}: {}", stderr(&out));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
