@@ -197,7 +197,13 @@ impl Backpressure {
         let now = self.now();
         let state = self.lock();
         let rate = state.throttle.rate(now, state.ceiling);
-        self.stats.rate_multiplier.set(rate / state.ceiling);
+        // A worker holding no capacity (ceiling 0) is not throttled: its share stays whole.
+        let share = if state.ceiling > 0.0 {
+            rate / state.ceiling
+        } else {
+            1.0
+        };
+        self.stats.rate_multiplier.set(share);
         rate
     }
 

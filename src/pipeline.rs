@@ -132,7 +132,7 @@ impl Pipeline {
         let mut rate_due = false;
         self.source.set_prefetch(self.prefetch()).await?;
         self.stats.source_up.store(self.source.is_up(), Relaxed);
-        self.stats.set_rate_limit(self.cadence.rate());
+        self.stats.rate_limit.set(self.cadence.rate());
         self.stats
             .concurrency_limit
             .store(self.options.max_in_flight as u64, Relaxed);
@@ -194,7 +194,7 @@ impl Pipeline {
                 }
                 self.pressure.set_ceiling(self.target_rate.get());
                 self.cadence.set_rate(self.pressure.rate());
-                self.stats.set_rate_limit(self.cadence.rate());
+                self.stats.rate_limit.set(self.cadence.rate());
                 if self.cadence.quantum() != quantum
                     && let Err(e) = self.source.set_prefetch(self.prefetch()).await
                 {

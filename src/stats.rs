@@ -26,14 +26,14 @@ pub struct Stats {
     pub source_up: AtomicBool,
     /// Shutdown was requested: no more pulls.
     pub stopping: AtomicBool,
-    /// The cadence's current rate, records/s (f64 bits).
-    pub rate_limit: AtomicU64,
+    /// The cadence's current rate, records/s.
+    pub rate_limit: AtomicF64,
     pub concurrency_limit: AtomicU64,
     pub leases_held: AtomicU64,
     /// Throttle signals that cut the rate (at most one per tick; echoes do not count).
     pub rate_cuts: AtomicU64,
-    /// The share of the configured rate in force.
-    pub rate_multiplier: RateMultiplier,
+    /// The share of the configured rate in force (1.0 until throttling changes it).
+    pub rate_multiplier: AtomicF64,
     /// Throttles that said how long to wait, and the last such wait in milliseconds.
     pub retry_afters: AtomicU64,
     pub last_retry_after_ms: AtomicU64,
@@ -91,17 +91,21 @@ impl LatencyHistogram {
     }
 }
 
-/// A share in (0, 1], kept as the bits of an `f64`; 1.0 until throttling changes it.
+/// An `f64` shared without a lock, kept as its bits; starts at 1.0 (a full share).
 #[derive(Debug)]
-pub struct RateMultiplier(AtomicU64);
+pub struct AtomicF64(AtomicU64);
 
-impl Default for RateMultiplier {
+impl Default for AtomicF64 {
     fn default() -> Self {
-        RateMultiplier(AtomicU64::new(1.0f64.to_bits()))
+        AtomicF64::new(1.0)
     }
 }
 
-impl RateMultiplier {
+impl AtomicF64 {
+    pub fn new(value: f64) -> Self {
+        AtomicF64(AtomicU64::new(value.to_bits()))
+    }
+
     pub fn get(&self) -> f64 {
         f64::from_bits(self.0.load(Relaxed))
     }
@@ -131,14 +135,6 @@ impl Stats {
             }
             Backlog::Unknown => self.source_total.store(0, Relaxed),
         }
-    }
-
-    pub fn set_rate_limit(&self, rate: f64) {
-        self.rate_limit.store(rate.to_bits(), Relaxed);
-    }
-
-    pub fn rate_limit(&self) -> f64 {
-        f64::from_bits(self.rate_limit.load(Relaxed))
     }
 
     /// Whether the source has records waiting, as far as anyone can tell: its backlog

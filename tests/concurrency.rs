@@ -73,9 +73,11 @@ fn drain(concurrency: &str, records: usize, time_limit: Duration) -> Outcome {
     while child.try_wait().unwrap().is_none() && started.elapsed() < time_limit {
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
+    if child.try_wait().unwrap().is_none() {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+    }
     let out = child.wait_with_output().unwrap();
     let summary = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
     let windows: Vec<u64> = {

@@ -6,6 +6,16 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// Drain the test's config once, with the JSON summary.
+const DRAIN: &[&str] = &[
+    "run",
+    "-c",
+    "sluice.toml",
+    "--until-empty",
+    "--summary",
+    "json",
+];
+
 const BAD: [usize; 7] = [3, 100, 2500, 5000, 7777, 9001, 10_000];
 
 #[test]
@@ -13,16 +23,8 @@ fn drains_with_dead_letters_and_a_rerun_adds_nothing() {
     let dir = tempfile::tempdir().unwrap();
     write_records(&dir.path().join("in.ndjson"), 10_000, &BAD);
     write_config(dir.path(), "in.ndjson", 1_000_000.0, "");
-    let args = [
-        "run",
-        "--config",
-        "sluice.toml",
-        "--until-empty",
-        "--summary",
-        "json",
-    ];
 
-    let first = run_in(dir.path(), &args);
+    let first = run_in(dir.path(), DRAIN);
     assert!(first.status.success(), "{}", stderr(&first));
     let s = summary(&first);
     assert_eq!(
@@ -49,7 +51,7 @@ fn drains_with_dead_letters_and_a_rerun_adds_nothing() {
         "a finished load leaves no checkpoint"
     );
 
-    let second = run_in(dir.path(), &args);
+    let second = run_in(dir.path(), DRAIN);
     assert!(second.status.success(), "{}", stderr(&second));
     let s = summary(&second);
     assert_eq!(s["written"], 0);
@@ -78,17 +80,7 @@ fn missing_keys_and_oversize_lines_are_dead_lettered_with_reasons() {
         cfg.replace("[sink]", "max_record_bytes = 1024\n\n[sink]"),
     )
     .unwrap();
-    let out = run_in(
-        dir.path(),
-        &[
-            "run",
-            "-c",
-            "sluice.toml",
-            "--until-empty",
-            "--summary",
-            "json",
-        ],
-    );
+    let out = run_in(dir.path(), DRAIN);
     assert!(out.status.success(), "{}", stderr(&out));
     let db = dir.path().join("out.db");
     assert_eq!(sqlite_count(&db, "select count(*) from records"), 2);
@@ -114,17 +106,7 @@ fn the_limiter_really_limits() {
     write_records(&dir.path().join("in.ndjson"), 3_000, &[]);
     write_config(dir.path(), "in.ndjson", 1000.0, "");
     let started = Instant::now();
-    let out = run_in(
-        dir.path(),
-        &[
-            "run",
-            "-c",
-            "sluice.toml",
-            "--until-empty",
-            "--summary",
-            "json",
-        ],
-    );
+    let out = run_in(dir.path(), DRAIN);
     let took = started.elapsed();
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(summary(&out)["written"], 3_000);

@@ -2,25 +2,26 @@
 //! tests) and picked up by the pipeline at its next tick.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::stats::AtomicF64;
 
 /// A shared records-per-second value; clones see the same value.
 #[derive(Debug, Clone)]
-pub struct TargetRate(Arc<AtomicU64>);
+pub struct TargetRate(Arc<AtomicF64>);
 
 impl TargetRate {
     pub fn new(rate: f64) -> Self {
-        TargetRate(Arc::new(AtomicU64::new(rate.to_bits())))
+        TargetRate(Arc::new(AtomicF64::new(rate)))
     }
 
     pub fn get(&self) -> f64 {
-        f64::from_bits(self.0.load(Relaxed))
+        self.0.get()
     }
 
     /// Ignores anything but a finite rate ≥ 0 (0: hold everything).
     pub fn set(&self, rate: f64) {
         if rate.is_finite() && rate >= 0.0 {
-            self.0.store(rate.to_bits(), Relaxed);
+            self.0.set(rate);
         }
     }
 }

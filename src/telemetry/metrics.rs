@@ -90,7 +90,7 @@ pub fn render(stats: &Stats) -> String {
     counter!("sluice_records_duplicates_total").absolute(stats.duplicates.load(Relaxed));
     counter!("sluice_throttle_events_total").absolute(stats.throttled.load(Relaxed));
     counter!("sluice_retries_total").absolute(stats.retries.load(Relaxed));
-    gauge!("sluice_rate_limit_records_per_second").set(stats.rate_limit());
+    gauge!("sluice_rate_limit_records_per_second").set(stats.rate_limit.get());
     gauge!("sluice_concurrency_limit").set(stats.concurrency_limit.load(Relaxed) as f64);
     gauge!("sluice_batches_in_flight").set(stats.batches_in_flight.load(Relaxed) as f64);
     gauge!("sluice_leases_held").set(stats.leases_held.load(Relaxed) as f64);
