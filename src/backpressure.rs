@@ -67,7 +67,7 @@ impl Backpressure {
             min_multiplier: throttle.min_multiplier,
             window: rate.tick,
             pause_jitter: throttle.pause_jitter,
-            backoff: Backoff::from_config(retry),
+            backoff: Backoff::new(retry.min_delay, throttle.max_pause, retry.factor),
         };
         Backpressure {
             epoch: Instant::now(),

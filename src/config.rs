@@ -513,6 +513,10 @@ pub struct ThrottleConfig {
     pub min_multiplier: f64,
     /// A Retry-After pause is stretched by a random share of itself, up to this.
     pub pause_jitter: f64,
+    /// The longest pause on a throttle that does not say how long (503 without
+    /// Retry-After): how late the worker may notice that a sink which was down is back.
+    #[serde(with = "humantime_serde")]
+    pub max_pause: Duration,
 }
 
 impl Default for ThrottleConfig {
@@ -524,6 +528,7 @@ impl Default for ThrottleConfig {
             linear_step: 0.05,
             min_multiplier: 0.05,
             pause_jitter: 0.2,
+            max_pause: Duration::from_secs(5),
         }
     }
 }
@@ -825,6 +830,12 @@ impl Config {
         }
         if !(t.pause_jitter.is_finite() && t.pause_jitter >= 0.0) {
             return Err(ConfigError::invalid("throttle.pause_jitter", "must be ≥ 0"));
+        }
+        if t.max_pause.is_zero() {
+            return Err(ConfigError::invalid(
+                "throttle.max_pause",
+                "must be positive",
+            ));
         }
         Ok(())
     }

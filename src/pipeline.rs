@@ -225,12 +225,11 @@ impl Pipeline {
             };
             tokio::select! {
                 _ = ticker.tick(), if !stopping => {
-                    allowance = if self.pressure.is_paused() {
-                        0
-                    } else {
-                        let quantum = u64::from(self.cadence.quantum());
-                        quantum - self.pressure.settle_owed(quantum)
-                    };
+                    // A paused tick sends nothing fresh: its allowance pays off what the
+                    // retries owe, so a long pause leaves no debt to starve the ticks after.
+                    let quantum = u64::from(self.cadence.quantum());
+                    let fresh = quantum - self.pressure.settle_owed(quantum);
+                    allowance = if self.pressure.is_paused() { 0 } else { fresh };
                     rate_due = true;
                     self.stats.source_up.store(self.source.is_up(), Relaxed);
                     if backlog_at.elapsed() >= Duration::from_secs(1) {

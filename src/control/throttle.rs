@@ -8,8 +8,11 @@
 //! since — a burst of 429s answering requests that were all in flight together is one
 //! signal. Likewise a backoff pause grows only for a request sent after the previous one
 //! was ordered: each pause is followed by at most one round of requests (one per batch in
-//! flight), which bounds what an outage costs the sink. Pure: the time comes in as an
-//! argument (time since the worker started).
+//! flight), which bounds what an outage costs the sink. And a streak of throttles without
+//! Retry-After in which nothing was written cuts once: a sink that takes nothing (an
+//! outage answered 503) says nothing about its capacity, the growing pause already spares
+//! it, and cutting every round would leave the worker crawling long after it came back.
+//! Pure: the time comes in as an argument (time since the worker started).
 
 use std::time::Duration;
 
@@ -29,7 +32,8 @@ pub struct ThrottleParams {
     pub window: Duration,
     /// A Retry-After pause is stretched by a random share of itself, up to this.
     pub pause_jitter: f64,
-    /// The pause when the sink throttles without saying for how long.
+    /// The pause when the sink throttles without saying for how long; its ceiling is what
+    /// a worker may still be waiting when a sink that was down comes back.
     pub backoff: Backoff,
 }
 
@@ -113,9 +117,11 @@ impl Throttle {
     }
 
     pub fn on_throttle(&mut self, s: Signal, rng: &mut impl rand::Rng) -> Reaction {
-        let fresh = self
-            .last_cut_at
-            .is_none_or(|at| s.sent_at >= at && s.now >= at + self.params.window);
+        let same_streak = s.retry_after.is_none() && self.streak > 0;
+        let fresh = !same_streak
+            && self
+                .last_cut_at
+                .is_none_or(|at| s.sent_at >= at && s.now >= at + self.params.window);
         if fresh {
             // The rate in force, or what the sink really took if that was less (the AWS
             // SDKs cut the measured rate): cutting a rate the worker never reached would
@@ -461,5 +467,40 @@ mod tests {
         // Lower bounds of the pauses: 0.1, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4 s — at most
         // eight rounds start within ten seconds.
         assert!(requests <= 4 * 8, "{requests} requests");
+    }
+
+    #[test]
+    fn an_outage_without_retry_after_cuts_once_and_the_rate_returns_after_it() {
+        let mut t = cubic();
+        let mut rng = StdRng::seed_from_u64(13);
+        let mut now = ms(1000);
+        let mut cuts = 0;
+        while now < Duration::from_secs(31) {
+            cuts += u32::from(t.on_throttle(signal(now + ms(2), now), &mut rng).cut);
+            now = t.paused_until();
+        }
+        assert_eq!(cuts, 1, "one streak, one cut");
+        // Back: the recovery started from 700 when the last pause ended.
+        t.on_success();
+        assert!(close(t.rate(now, 1000.0), 700.0));
+        // A throttle after a success is news again.
+        let later = now + Duration::from_secs(1);
+        assert!(t.on_throttle(signal(later, later), &mut rng).cut);
+    }
+
+    #[test]
+    fn throttles_with_retry_after_cut_once_per_tick_whatever_the_streak() {
+        let mut t = cubic();
+        let mut rng = StdRng::seed_from_u64(14);
+        assert!(t.on_throttle(signal(ms(0), ms(0)), &mut rng).cut);
+        // Nothing written since; a tick later the sink answers with a Retry-After.
+        let s = Signal {
+            retry_after: Some(ms(50)),
+            ..signal(ms(300), ms(250))
+        };
+        assert!(
+            t.on_throttle(s, &mut rng).cut,
+            "the sink said how long: news"
+        );
     }
 }
