@@ -986,6 +986,12 @@ mod tests {
         assert!(e.contains("throttle.beta"), "{e}");
         let e = http_error_of(
             "[sink.dead_letters]\npath = \"d.ndjson\"",
+            "[throttle]\nmax_pause = \"0s\"",
+        )
+        .unwrap_err();
+        assert!(e.contains("throttle.max_pause"), "{e}");
+        let e = http_error_of(
+            "[sink.dead_letters]\npath = \"d.ndjson\"",
             "[throttle]\nrecovery = \"exponential\"",
         )
         .unwrap_err();
