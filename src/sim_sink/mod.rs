@@ -112,6 +112,11 @@ impl SimSink {
         self.shared.ledger().stats()
     }
 
+    /// Time since the start, on the clock the stats' windows are counted by.
+    pub fn uptime(&self) -> Duration {
+        self.shared.now()
+    }
+
     /// Every key stored, sorted.
     pub fn keys(&self) -> Vec<String> {
         self.shared.ledger().keys()

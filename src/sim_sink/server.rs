@@ -52,7 +52,7 @@ impl Shared {
         }
     }
 
-    fn now(&self) -> Duration {
+    pub fn now(&self) -> Duration {
         self.started.elapsed()
     }
 

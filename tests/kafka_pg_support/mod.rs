@@ -266,3 +266,162 @@ pub async fn high_watermarks(topic: &str, partitions: i32) -> Vec<i64> {
     .await
     .unwrap()
 }
+
+/// A loaded topic of `partitions` and the config that drains it unthrottled (fixed
+/// concurrency 4, batches of 5,000); returns (topic, config, the NDJSON produced).
+pub async fn prepare(
+    dir: &Path,
+    name: &str,
+    records: usize,
+    partitions: i32,
+) -> (String, PathBuf, PathBuf) {
+    let topic = unique(name);
+    create_topic(&topic, partitions as u32);
+    let config = write_config(
+        dir,
+        &topic,
+        &format!("{topic}_rows"),
+        "key = \"/id\"\nmax_batch = 5000",
+        "[concurrency]\nalgorithm = \"fixed\"\nmax = 4",
+    );
+    let config = {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::rename(&config, &path).unwrap();
+        let body = std::fs::read_to_string(&path).unwrap().replace(
+            "records_per_second = 100000",
+            "records_per_second = 10000000",
+        );
+        std::fs::write(&path, body).unwrap();
+        path
+    };
+    let input = dir.join(format!("{name}.ndjson"));
+    write_records(&input, records, &[]);
+    let started = Instant::now();
+    assert_eq!(produce(&config, &input).await, records as u64);
+    eprintln!(
+        "bench: produced {records} records to {topic} at {:.0} rec/s",
+        records as f64 / started.elapsed().as_secs_f64()
+    );
+    (topic, config, input)
+}
+
+/// The consume-only ceiling: reads the whole topic with a bare rdkafka consumer, copying
+/// each payload as the worker does; records/s from the first message to the last.
+pub async fn consume_only(topic: &str, records: usize, partitions: i32) -> f64 {
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("group.id", format!("{topic}-ceiling"))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .create()
+            .unwrap();
+        let mut list = TopicPartitionList::new();
+        for p in 0..partitions {
+            list.add_partition_offset(&topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&list).unwrap();
+        let mut seen = 0usize;
+        let mut bytes = 0usize;
+        let mut first: Option<Instant> = None;
+        let mut last = Instant::now();
+        while seen < records {
+            match consumer.poll(Duration::from_secs(10)) {
+                Some(Ok(m)) => {
+                    first.get_or_insert_with(Instant::now);
+                    let payload = m.payload().unwrap_or_default().to_vec();
+                    bytes += payload.len();
+                    seen += 1;
+                    last = Instant::now();
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => {}
+                Some(Err(e)) => panic!("consume-only: {e}"),
+                None => panic!("consume-only: stalled at {seen} of {records}"),
+            }
+        }
+        assert!(bytes > 0);
+        seen as f64 / (last - first.unwrap()).as_secs_f64()
+    })
+    .await
+    .unwrap()
+}
+
+/// The COPY ceiling: COPY of the rows the worker would write from `input` (key, payload,
+/// source `{topic}/{partition}/{line}`) into a fresh table of the same shape, dropped
+/// afterwards; rows/s of the COPY alone.
+pub async fn copy_ceiling(input: &Path, topic: &str, partitions: i32) -> f64 {
+    let table = format!("{topic}_copy");
+    pg_execute(&format!(
+        "CREATE TABLE {table} (key text PRIMARY KEY, payload jsonb NOT NULL, source text, \
+         ingested_at timestamptz NOT NULL DEFAULT now())"
+    ))
+    .await;
+    let lines = std::fs::read_to_string(input).unwrap();
+    let mut data = Vec::with_capacity(lines.len() * 2);
+    let mut rows = 0u64;
+    for (i, line) in lines.lines().enumerate() {
+        let id: serde_json::Value = serde_json::from_str(line).unwrap();
+        let key = id["id"].to_string();
+        let source = format!("{topic}/{}/{i}", i % partitions as usize);
+        for (n, field) in [key.as_str(), line, source.as_str()].iter().enumerate() {
+            if n > 0 {
+                data.push(b'\t');
+            }
+            copy_escape(field, &mut data);
+        }
+        data.push(b'\n');
+        rows += 1;
+    }
+    let mut conn = pg().await;
+    let started = Instant::now();
+    let mut copy = conn
+        .copy_in_raw(&format!("COPY {table} (key, payload, source) FROM STDIN"))
+        .await
+        .unwrap();
+    for chunk in data.chunks(1 << 20) {
+        copy.send(chunk).await.unwrap();
+    }
+    let copied = copy.finish().await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(copied, rows);
+    pg_execute(&format!("DROP TABLE {table}")).await;
+    rows as f64 / elapsed.as_secs_f64()
+}
+
+/// COPY text format: backslash, tab, newline and carriage return are escaped.
+fn copy_escape(field: &str, out: &mut Vec<u8>) {
+    for b in field.bytes() {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            _ => out.push(b),
+        }
+    }
+}
+
+/// Rows/s of the drain itself (without connecting, joining a group or exiting), from the
+/// `ingested_at` of a sluice table holding `records` rows. `ingested_at` is each batch's
+/// transaction start, so the rows of all batches but the last were written between the
+/// first start and the last one; `None` when every row came in one batch.
+pub async fn drain_rate(table: &str, records: usize) -> Option<f64> {
+    let span_us = pg_count(&format!(
+        "SELECT (extract(epoch FROM max(ingested_at) - min(ingested_at)) * 1e6)::bigint FROM {table}"
+    ))
+    .await;
+    let last_batch = pg_count(&format!(
+        "SELECT count(*) FROM {table} WHERE ingested_at = (SELECT max(ingested_at) FROM {table})"
+    ))
+    .await;
+    rate_before_last_batch(records, last_batch, span_us)
+}
+
+/// Rows/s of all batches but the last over the `span_us` between the first batch's start
+/// and the last one's.
+pub fn rate_before_last_batch(records: usize, last_batch: i64, span_us: i64) -> Option<f64> {
+    let before_last = records as i64 - last_batch;
+    (before_last > 0).then(|| before_last as f64 / (span_us.max(1) as f64 / 1e6))
+}
