@@ -57,14 +57,7 @@ fn drain(concurrency: &str, records: usize, time_limit: Duration) -> Outcome {
     .unwrap();
     let mut child = sluice()
         .current_dir(dir.path())
-        .args([
-            "run",
-            "-c",
-            "sluice.toml",
-            "--until-empty",
-            "--summary",
-            "json",
-        ])
+        .args(DRAIN)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

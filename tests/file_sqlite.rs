@@ -6,16 +6,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Drain the test's config once, with the JSON summary.
-const DRAIN: &[&str] = &[
-    "run",
-    "-c",
-    "sluice.toml",
-    "--until-empty",
-    "--summary",
-    "json",
-];
-
 const BAD: [usize; 7] = [3, 100, 2500, 5000, 7777, 9001, 10_000];
 
 #[test]
@@ -170,19 +160,7 @@ fn kill_9_mid_run_then_rerun_leaves_every_key_once() {
         "progress was checkpointed"
     );
 
-    let out = run_in(
-        dir.path(),
-        &[
-            "run",
-            "-c",
-            "sluice.toml",
-            "--until-empty",
-            "--summary",
-            "json",
-            "--rate",
-            "100000",
-        ],
-    );
+    let out = run_in(dir.path(), &[DRAIN, &["--rate", "100000"]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     let s = summary(&out);
     assert!(

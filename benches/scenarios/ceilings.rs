@@ -189,14 +189,7 @@ fn sluice_into_sqlite(dir: &Path, records: usize) -> SluiceRun {
     )
     .unwrap();
     let mut cmd = sluice();
-    cmd.current_dir(dir).args([
-        "run",
-        "-c",
-        "sluice.toml",
-        "--until-empty",
-        "--summary",
-        "json",
-    ]);
+    cmd.current_dir(dir).args(common::DRAIN);
     let run = run_measured(cmd);
     let db = dir.join("out.db");
     let count = common::sqlite_count(&db, "SELECT count(*) FROM records");

@@ -5,6 +5,16 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// Drain the config in the current directory once, with the JSON summary.
+pub const DRAIN: &[&str] = &[
+    "run",
+    "-c",
+    "sluice.toml",
+    "--until-empty",
+    "--summary",
+    "json",
+];
+
 pub fn sluice() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
     cmd.env("SLUICE_LOG", "warn")

@@ -224,25 +224,31 @@ pub async fn committed_offsets(topic: &str, group: &str, partitions: i32) -> Vec
     .unwrap()
 }
 
+/// A bare consumer assigned every partition of `topic` from the beginning, reporting
+/// each partition's end; its group (`<topic>-<role>`, needed by assign()) never commits.
+fn reader(topic: &str, role: &str, partitions: i32) -> BaseConsumer {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", format!("{topic}-{role}"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&list).unwrap();
+    consumer
+}
+
 /// Each partition's high watermark, found by reading it to its end (the broker's own
 /// ListOffsets answer is not trusted: Tansu's was wrong when measured).
 pub async fn high_watermarks(topic: &str, partitions: i32) -> Vec<i64> {
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            // assign() needs a group; this one never commits.
-            .set("group.id", format!("{topic}-reader"))
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "true")
-            .create()
-            .unwrap();
-        let mut list = TopicPartitionList::new();
-        for p in 0..partitions {
-            list.add_partition_offset(&topic, p, Offset::Beginning)
-                .unwrap();
-        }
-        consumer.assign(&list).unwrap();
+        let consumer = reader(&topic, "reader", partitions);
         let mut high = vec![0i64; partitions as usize];
         let mut ended = vec![false; partitions as usize];
         let started = Instant::now();
@@ -310,19 +316,7 @@ pub async fn prepare(
 pub async fn consume_only(topic: &str, records: usize, partitions: i32) -> f64 {
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .set("group.id", format!("{topic}-ceiling"))
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "true")
-            .create()
-            .unwrap();
-        let mut list = TopicPartitionList::new();
-        for p in 0..partitions {
-            list.add_partition_offset(&topic, p, Offset::Beginning)
-                .unwrap();
-        }
-        consumer.assign(&list).unwrap();
+        let consumer = reader(&topic, "ceiling", partitions);
         let mut seen = 0usize;
         let mut bytes = 0usize;
         let mut first: Option<Instant> = None;
