@@ -243,6 +243,49 @@ async fn an_outage_costs_a_bounded_number_of_requests_then_everything_lands() {
     sim.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_stops_answering_is_waited_out_without_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = sim(2_000.0, |_| {}).await;
+    let input = write_input(dir.path(), 1_000, &[]);
+    // Answers must come within 300 ms, a transient failure is dead-lettered after two
+    // attempts, and the retry budget does not hold retries back: a hang of 3 s must count
+    // as an outage, not as the records' fault.
+    let config = write_config(
+        dir.path(),
+        &input,
+        &sim.ingest_url(),
+        "max_batch = 50",
+        "[rate]\nrecords_per_second = 500\ntick = \"200ms\"\n\n\
+         [retry]\nmin_delay = \"50ms\"\nmax_delay = \"500ms\"\nmax_attempts = 2\n\
+         budget_ratio = 100.0\nbudget_min_per_second = 1000.0\n",
+    );
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("timeout = \"10s\"", "timeout = \"300ms\""),
+    )
+    .unwrap();
+    let worker = tokio::spawn(async move { run_sluice(&config).await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while sim.stats().inserted < 200 {
+        assert!(tokio::time::Instant::now() < deadline, "no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sim.outage(Duration::from_secs(3), OutageMode::Hang);
+
+    let run = worker.await.unwrap();
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(count(&run, "dead_lettered"), 0, "{}", run.summary);
+    assert_eq!(
+        sim.keys(),
+        keys(0..1_000),
+        "everything lands after the hang"
+    );
+    assert!(sim.stats().unavailable >= 1, "the hang hit a running drain");
+    sim.stop().await.unwrap();
+}
+
 const POISON: [usize; 5] = [5, 50, 51, 123, 299];
 
 async fn rejected_records_reach(dead_letters: &str, dir: &Path) -> (Run, SimSink) {

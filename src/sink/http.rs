@@ -83,7 +83,10 @@ impl Sink for HttpSink {
             .await;
         let mut answer = match sent {
             Ok(answer) => answer,
-            Err(e) if e.is_connect() => {
+            // A refused connection and an answer that never came are the sink's state, not
+            // the records' fault: retried without limit, never dead-lettered. (The sink may
+            // have stored a batch it did not answer; the idempotency key covers the resend.)
+            Err(e) if e.is_connect() || e.is_timeout() => {
                 return WriteOutcome::Unavailable(format!("{}: {}", self.shown_url, chain(e)));
             }
             Err(e) => return WriteOutcome::Transient(format!("{}: {}", self.shown_url, chain(e))),
@@ -221,7 +224,7 @@ mod tests {
         sim.outage(Duration::from_secs(30), OutageMode::Hang);
         assert!(matches!(
             sink.write(&rows(&["x"])).await,
-            WriteOutcome::Transient(reason) if reason.contains("timed out")
+            WriteOutcome::Unavailable(reason) if reason.contains("timed out")
         ));
         sim.outage(Duration::ZERO, OutageMode::Unavailable);
         sim.stop().await.unwrap();
