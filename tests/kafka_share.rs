@@ -1,12 +1,11 @@
 //! `[leases] store = "kafka"`: the capacity follows the consumer group's assignment, so a
 //! rebalance re-divides it with no lease store. Real Tansu broker and PostgreSQL.
 
-mod common;
 mod kafka_pg_support;
 
 use std::time::{Duration, Instant};
 
-use common::free_port;
+use kafka_pg_support::common::free_port;
 use kafka_pg_support::*;
 
 /// The worker's current rate from its /metrics, if it answers.

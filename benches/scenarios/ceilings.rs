@@ -5,8 +5,6 @@
 //! a slow drain is sluice's fault or the source's or the sink's. Only correctness (every
 //! row present) is asserted; the rates are printed.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
 #[path = "../../tests/kafka_pg_support/mod.rs"]
 mod kafka_pg_support;
 
@@ -14,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use kafka_pg_support::common;
 use kafka_pg_support::{
     consume_only, copy_ceiling, delete_topic, drain_rate, pg_count, pg_execute, prepare, produce,
     rate_before_last_batch, unique, write_records,

@@ -1,7 +1,12 @@
 //! Helpers for the Kafka → PostgreSQL integration tests: unique names, topics on the real
 //! broker, configs, the real binary, and direct reads of PostgreSQL and of the group's
 //! committed offsets. Services come from `scripts/services.sh` (env vars, same defaults).
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
+
+#[path = "../common/mod.rs"]
+pub mod common;
+
+pub use common::{pg_url, stderr, summary, unique};
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
@@ -13,26 +18,12 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use sqlx::{Connection, PgConnection};
 use tokio::process::{Child, Command};
 
-pub fn pg_url() -> String {
-    std::env::var("SLUICE_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/sluice_test".into())
-}
-
 pub fn brokers() -> String {
     std::env::var("SLUICE_TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:19092".into())
 }
 
 fn tansu() -> String {
     std::env::var("SLUICE_TEST_TANSU").unwrap_or_else(|_| "tansu".into())
-}
-
-/// A name no other test (or earlier run) uses: `prefix_<pid>_<random>`.
-pub fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!("{prefix}_{}_{nanos:x}", std::process::id())
 }
 
 pub fn create_topic(topic: &str, partitions: u32) {
@@ -144,19 +135,6 @@ pub async fn finish(child: Child, limit: Duration) -> Output {
         Ok(out) => out.unwrap(),
         Err(_) => panic!("worker still running after {limit:?}"),
     }
-}
-
-pub fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-pub fn summary(o: &Output) -> serde_json::Value {
-    let out = String::from_utf8_lossy(&o.stdout);
-    let line = out
-        .lines()
-        .last()
-        .unwrap_or_else(|| panic!("no summary; stderr: {}", stderr(o)));
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("summary {line:?}: {e}"))
 }
 
 pub async fn pg() -> PgConnection {
