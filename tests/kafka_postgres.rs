@@ -49,8 +49,7 @@ async fn two_workers_in_one_group_drain_every_record_once() {
     ))
     .await;
     assert_eq!((rows, ids), (RECORDS as i64, RECORDS as i64));
-    pg_execute(&format!("DROP TABLE {table}")).await;
-    delete_topic(&topic);
+    clean_up(&table, &topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,20 +77,7 @@ async fn a_worker_killed_mid_drain_resumes_without_loss_or_duplicates() {
 
     let mut first = start_worker(&config, &["--until-empty", "--rate", "3000"]);
     let count = format!("SELECT count(*) FROM {table}");
-    // The table appears when the worker opens the sink.
-    let started = std::time::Instant::now();
-    while pg_count(&format!(
-        "SELECT count(*) FROM pg_tables WHERE tablename = '{table}'"
-    ))
-    .await
-        == 0
-    {
-        assert!(
-            started.elapsed() < LIMIT,
-            "the worker never created {table}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_table(&table, LIMIT).await;
     wait_for_count(&count, 5_000, LIMIT).await;
     // Hold the table so the worker's next batches are pulled but cannot be written, then
     // kill it while they are in flight: their offsets must not have been committed.
@@ -145,8 +131,7 @@ async fn a_worker_killed_mid_drain_resumes_without_loss_or_duplicates() {
         committed, high,
         "committed offsets end at the high watermarks"
     );
-    pg_execute(&format!("DROP TABLE {table}")).await;
-    delete_topic(&topic);
+    clean_up(&table, &topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,8 +228,7 @@ async fn rows_violating_a_check_are_dead_lettered_and_their_neighbours_written()
         "{s}"
     );
     assert_eq!(pg_count(&format!("SELECT count(*) {letters}")).await, 10);
-    pg_execute(&format!("DROP TABLE {table}")).await;
-    delete_topic(&topic);
+    clean_up(&table, &topic).await;
 }
 
 #[tokio::test]
@@ -374,8 +358,7 @@ async fn the_example_config_is_valid_and_the_environment_overrides_it() {
         1,
         "check reached the sink and created the table"
     );
-    pg_execute(&format!("DROP TABLE {topic}")).await;
-    delete_topic(&topic);
+    clean_up(&topic, &topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,6 +376,5 @@ async fn an_empty_topic_is_empty_only_once_the_group_assigned_it() {
         "{}",
         stderr(&out)
     );
-    pg_execute(&format!("DROP TABLE {topic}")).await;
-    delete_topic(&topic);
+    clean_up(&topic, &topic).await;
 }

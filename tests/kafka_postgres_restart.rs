@@ -55,19 +55,7 @@ async fn postgres_restarted_mid_run_loses_nothing() {
 
     let worker = start_worker(&config, &["--until-empty", "--rate", "2500"]);
     let count = format!("SELECT count(*) FROM {table}");
-    let started = std::time::Instant::now();
-    while pg_count(&format!(
-        "SELECT count(*) FROM pg_tables WHERE tablename = '{table}'"
-    ))
-    .await
-        == 0
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the worker never created {table}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_table(&table, Duration::from_secs(120)).await;
     let before = wait_for_count(&count, 3_000, Duration::from_secs(120)).await;
     assert!(
         before < RECORDS as i64 - 5_000,
@@ -108,6 +96,5 @@ async fn postgres_restarted_mid_run_loses_nothing() {
         "the worker said why it waited: {}",
         stderr(&out)
     );
-    pg_execute(&format!("DROP TABLE {table}")).await;
-    delete_topic(&topic);
+    clean_up(&table, &topic).await;
 }

@@ -160,6 +160,25 @@ pub async fn pg_execute(sql: &str) {
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
+/// Waits at most `limit` for `table` to exist: a worker creates it when it opens the sink.
+pub async fn wait_for_table(table: &str, limit: Duration) {
+    let started = Instant::now();
+    let exists = format!("SELECT count(*) FROM pg_tables WHERE tablename = '{table}'");
+    while pg_count(&exists).await == 0 {
+        assert!(
+            started.elapsed() < limit,
+            "the worker never created {table}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Drops a test's table and deletes its topic.
+pub async fn clean_up(table: &str, topic: &str) {
+    pg_execute(&format!("DROP TABLE {table}")).await;
+    delete_topic(topic);
+}
+
 /// Polls until `sql` counts at least `n` (or `limit` passes); returns the last count.
 pub async fn wait_for_count(sql: &str, n: i64, limit: Duration) -> i64 {
     let started = Instant::now();
