@@ -83,40 +83,44 @@ impl Strategy {
     /// The command that drains `input` (NDJSON with an `id` field) into `url`; `dir` is
     /// its scratch folder.
     pub fn command(self, input: &Path, url: &str, capacity: f64, dir: &Path) -> Command {
-        let rate = match self {
-            Strategy::Sluice => capacity,
-            Strategy::SluiceOverAsked => 4.0 * capacity,
+        match self {
+            Strategy::Sluice => sluice_run(input, url, capacity, dir),
+            Strategy::SluiceOverAsked => sluice_run(input, url, 4.0 * capacity, dir),
             _ => {
                 let mut cmd = Command::new(std::env::current_exe().expect("own path"));
                 cmd.args(["--strategy", self.name(), "--url", url, "--capacity"])
                     .arg(capacity.to_string())
                     .arg("--input")
                     .arg(input);
-                return cmd;
+                cmd
             }
-        };
-        let config = dir.join("sluice.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[source]\nkind = \"file\"\npath = {input:?}\ncheckpoint = {:?}\n\n\
-                 [sink]\nkind = \"http\"\nurl = \"{url}\"\nkey = \"/id\"\n\n\
-                 [sink.dead_letters]\npath = {:?}\n\n\
-                 [rate]\nrecords_per_second = {rate}\n",
-                dir.join("checkpoint"),
-                dir.join("dead.ndjson"),
-            ),
-        )
-        .unwrap();
-        let mut cmd = crate::process::sluice();
-        cmd.args(["run", "--until-empty", "--summary", "json", "--config"])
-            .arg(config);
-        cmd
+        }
     }
 }
 
+/// `sluice run` at `rate`, every key but the source, the sink and the rate at its default.
+fn sluice_run(input: &Path, url: &str, rate: f64, dir: &Path) -> Command {
+    let config = dir.join("sluice.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[source]\nkind = \"file\"\npath = {input:?}\ncheckpoint = {:?}\n\n\
+             [sink]\nkind = \"http\"\nurl = \"{url}\"\nkey = \"/id\"\n\n\
+             [sink.dead_letters]\npath = {:?}\n\n\
+             [rate]\nrecords_per_second = {rate}\n",
+            dir.join("checkpoint"),
+            dir.join("dead.ndjson"),
+        ),
+    )
+    .unwrap();
+    let mut cmd = crate::process::sluice();
+    cmd.args(["run", "--until-empty", "--summary", "json", "--config"])
+        .arg(config);
+    cmd
+}
+
 /// What a baseline saw from its side, printed as JSON on stdout.
-pub fn client_report(requests: u64, latency: &LatencyHistogram) -> Value {
+fn client_report(requests: u64, latency: &LatencyHistogram) -> Value {
     let ms = |q: f64| latency.quantile(q).map(|d| d.as_secs_f64() * 1000.0);
     json!({"requests": requests, "write_p50_ms": ms(0.5), "write_p95_ms": ms(0.95)})
 }
