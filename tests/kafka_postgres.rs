@@ -23,9 +23,7 @@ async fn two_workers_in_one_group_drain_every_record_once() {
     create_topic(&topic, PARTITIONS);
     // Slow enough that one worker alone would take ~10 s: both get partitions.
     let config = write_config(dir.path(), &topic, &table, "key = \"/id\"", "");
-    let input = dir.path().join("in.ndjson");
-    write_records(&input, RECORDS, &[]);
-    assert_eq!(produce(&config, &input).await, RECORDS as u64);
+    load_topic(&config, dir.path(), RECORDS, &[]).await;
 
     let workers: Vec<_> = (0..2)
         .map(|_| start_worker(&config, &["--until-empty", "--rate", "2000"]))
@@ -71,9 +69,7 @@ async fn a_worker_killed_mid_drain_resumes_without_loss_or_duplicates() {
         "max_batch = 250",
         "[concurrency]\nalgorithm = \"fixed\"\nmax = 16",
     );
-    let input = dir.path().join("in.ndjson");
-    write_records(&input, RECORDS, &[]);
-    assert_eq!(produce(&producer, &input).await, RECORDS as u64);
+    load_topic(&producer, dir.path(), RECORDS, &[]).await;
 
     let mut first = start_worker(&config, &["--until-empty", "--rate", "3000"]);
     let count = format!("SELECT count(*) FROM {table}");
@@ -157,9 +153,7 @@ async fn rows_violating_a_check_are_dead_lettered_and_their_neighbours_written()
         "",
     );
     let bad: Vec<usize> = (1..=10).map(|i| i * 97).collect();
-    let input = dir.path().join("in.ndjson");
-    write_records(&input, 1_000, &bad);
-    assert_eq!(produce(&config, &input).await, 1_000);
+    load_topic(&config, dir.path(), 1_000, &bad).await;
 
     let out = finish(start_worker(&config, &["--until-empty"]), LIMIT).await;
     assert!(out.status.success(), "worker failed: {}", stderr(&out));
@@ -311,9 +305,7 @@ async fn a_configured_throttling_sqlstate_slows_down_and_loses_nothing() {
         "key = \"/id\"\nthrottle_sqlstates = [\"53300\"]",
         "",
     );
-    let input = dir.path().join("in.ndjson");
-    write_records(&input, 1_000, &[]);
-    assert_eq!(produce(&config, &input).await, 1_000);
+    load_topic(&config, dir.path(), 1_000, &[]).await;
 
     let out = finish(start_worker(&config, &["--until-empty"]), LIMIT).await;
     assert!(out.status.success(), "worker failed: {}", stderr(&out));

@@ -49,9 +49,7 @@ async fn postgres_restarted_mid_run_loses_nothing() {
         "key = \"/id\"\nmax_batch = 200",
         "",
     );
-    let input = dir.path().join("in.ndjson");
-    write_records(&input, RECORDS, &[]);
-    assert_eq!(produce(&config, &input).await, RECORDS as u64);
+    load_topic(&config, dir.path(), RECORDS, &[]).await;
 
     let worker = start_worker(&config, &["--until-empty", "--rate", "2500"]);
     let count = format!("SELECT count(*) FROM {table}");

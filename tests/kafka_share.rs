@@ -55,9 +55,7 @@ async fn capacity_follows_the_group_assignment() {
         "key = \"/id\"",
         "\n[leases]\nstore = \"kafka\"\ncapacity = 400\n",
     );
-    let input = dir.path().join("in.ndjson");
-    write_records(&input, 100_000, &[]);
-    assert_eq!(produce(&config, &input).await, 100_000);
+    load_topic(&config, dir.path(), 100_000, &[]).await;
 
     let ports = [free_port(), free_port()];
     let mut workers: Vec<_> = ports
@@ -93,9 +91,7 @@ async fn plan_counts_a_topic_backlog_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let table = topic.replace('-', "_");
     let config = write_config(dir.path(), &topic, &table, "key = \"/id\"", "");
-    let input = dir.path().join("in.ndjson");
-    write_records(&input, 4_321, &[]);
-    assert_eq!(produce(&config, &input).await, 4_321);
+    load_topic(&config, dir.path(), 4_321, &[]).await;
     let plan = |config: std::path::PathBuf| async move {
         let out = sluice()
             .args(["plan", "--json", "--config"])

@@ -115,6 +115,14 @@ pub async fn produce(config: &Path, input: &Path) -> u64 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
+/// Writes `n` records to `dir/in.ndjson` (`negative` as in [`write_records`]) and
+/// produces them with `config`'s source; every one must be acknowledged by the broker.
+pub async fn load_topic(config: &Path, dir: &Path, n: usize, negative: &[usize]) {
+    let input = dir.join("in.ndjson");
+    write_records(&input, n, negative);
+    assert_eq!(produce(config, &input).await, n as u64);
+}
+
 /// Starts `sluice run --summary json` with `args`.
 pub fn start_worker(config: &Path, args: &[&str]) -> Child {
     sluice()
