@@ -2,18 +2,20 @@
 //! REST front, a vendor's collector). The endpoint cannot be asked to "insert or ignore",
 //! so every record travels with its key and the request with an `Idempotency-Key`
 //! (see [`envelope`]); the answer is sorted into the pipeline's outcomes by [`response`].
-//! Connection failures mean the sink is unreachable (retried without blaming the records);
-//! a timeout may be the batch's doing (transient). Rejected records go to the configured
-//! dead-letter store.
+//! A request that gets no complete answer — refused, reset, timed out, or a body cut short
+//! — means the sink is unreachable: retried without limit and without blaming the records
+//! (the idempotency key makes a resend safe). Redirects are not followed except 307/308,
+//! which keep the method and body. Rejected records go to the configured dead-letter store.
 
 pub mod envelope;
 pub mod headers;
 pub mod response;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use http::StatusCode;
 use http::header::CONTENT_TYPE;
 
 use super::dead_letters::{self, DeadLetterStore};
@@ -24,6 +26,12 @@ use crate::record::{DeadLetter, Row};
 /// Most of a response body read: plenty for counts or an error message.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 
+/// 307/308 redirects followed at most, per write.
+const MAX_REDIRECTS: usize = 3;
+
+/// The readiness probe's own limit: `/readyz` answers within 2 s.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
+
 pub struct HttpSink {
     client: reqwest::Client,
     url: reqwest::Url,
@@ -31,7 +39,11 @@ pub struct HttpSink {
     shown_url: String,
     format: HttpFormat,
     max_delay: Duration,
+    timeout: Duration,
     dead_letters: Arc<dyn DeadLetterStore>,
+    /// Why the last write found the sink out of service (no complete answer, or 503);
+    /// None once a write gets any other answer. Readiness reports it.
+    outage: Mutex<Option<String>>,
 }
 
 impl HttpSink {
@@ -48,6 +60,7 @@ impl HttpSink {
             .default_headers(headers)
             .timeout(config.timeout)
             .connect_timeout(config.timeout)
+            .redirect(redirect_policy())
             .build()
             .map_err(|e| fail(chain(e)))?;
         let url = reqwest::Url::parse(&config.url).map_err(|e| fail(e.to_string()))?;
@@ -65,14 +78,18 @@ impl HttpSink {
             shown_url: shown_url.to_string(),
             format: config.format,
             max_delay,
+            timeout: config.timeout,
             dead_letters: dead_letters::open(store).await?,
+            outage: Mutex::new(None),
         })
     }
-}
 
-#[async_trait]
-impl Sink for HttpSink {
-    async fn write(&self, rows: &[Row]) -> WriteOutcome {
+    fn unavailable(&self, e: reqwest::Error) -> WriteOutcome {
+        WriteOutcome::Unavailable(format!("{}: {}", self.shown_url, chain(e)))
+    }
+
+    /// The whole request: sent, answered, and the answer read to its end.
+    async fn send(&self, rows: &[Row]) -> WriteOutcome {
         let sent = self
             .client
             .post(self.url.clone())
@@ -83,22 +100,34 @@ impl Sink for HttpSink {
             .await;
         let mut answer = match sent {
             Ok(answer) => answer,
-            // A refused connection and an answer that never came are the sink's state, not
-            // the records' fault: retried without limit, never dead-lettered. (The sink may
-            // have stored a batch it did not answer; the idempotency key covers the resend.)
-            Err(e) if e.is_connect() || e.is_timeout() => {
-                return WriteOutcome::Unavailable(format!("{}: {}", self.shown_url, chain(e)));
+            Err(e) if e.is_builder() => {
+                return WriteOutcome::Fatal(format!("{}: {}", self.shown_url, chain(e)));
             }
-            Err(e) => return WriteOutcome::Transient(format!("{}: {}", self.shown_url, chain(e))),
+            // Refused, reset, timed out, a garbled answer: the sink's state, not the
+            // records' fault. Retried without limit, never dead-lettered, never split. (The
+            // sink may have stored a batch it did not answer; the idempotency key covers
+            // the resend.)
+            Err(e) => return self.unavailable(e),
         };
         let status = answer.status();
         let headers = std::mem::take(answer.headers_mut());
-        // The status is the verdict; a body cut short only loses the counts or the message.
+        // Read to the end even past what is kept: an answer cut short (a reset before the
+        // declared length, a missing last chunk) is no verdict, not even a 200.
         let mut body = Vec::new();
-        while let Ok(Some(chunk)) = answer.chunk().await {
-            body.extend_from_slice(&chunk);
-            if body.len() >= MAX_RESPONSE_BYTES {
-                break;
+        loop {
+            match answer.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = MAX_RESPONSE_BYTES.saturating_sub(body.len());
+                    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return WriteOutcome::Unavailable(format!(
+                        "{}: HTTP {status} cut short: {}",
+                        self.shown_url,
+                        chain(e)
+                    ));
+                }
             }
         }
         response::classify(
@@ -109,6 +138,67 @@ impl Sink for HttpSink {
             SystemTime::now(),
             self.max_delay,
         )
+    }
+}
+
+/// Writes never follow 301/302/303 (they turn the POST into a GET: the batch would be
+/// lost however the target answers); 307 and 308 keep the method and body and are followed
+/// a few hops. A redirect not followed comes back as the answer and stops the worker.
+fn redirect_policy() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(
+            attempt.status(),
+            StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT
+        );
+        if keeps_body && attempt.previous().len() <= MAX_REDIRECTS {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    })
+}
+
+#[async_trait]
+impl Sink for HttpSink {
+    async fn write(&self, rows: &[Row]) -> WriteOutcome {
+        let outcome = self.send(rows).await;
+        *self.outage.lock().unwrap_or_else(|p| p.into_inner()) = match &outcome {
+            WriteOutcome::Unavailable(reason) => Some(reason.clone()),
+            WriteOutcome::Throttled { reason, .. } if reason.starts_with("HTTP 503") => {
+                Some(reason.clone())
+            }
+            _ => None,
+        };
+        outcome
+    }
+
+    /// Ready when a write could succeed now: the last write did not find the sink out of
+    /// service, and the endpoint answers a HEAD request in time with anything but a 5xx,
+    /// a 429 or a redirect (an ingest endpoint may well refuse HEAD itself: it answered).
+    async fn probe(&self) -> Result<(), String> {
+        if let Some(reason) = self
+            .outage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Err(format!("the last write failed: {reason}"));
+        }
+        let answer = self
+            .client
+            .head(self.url.clone())
+            .timeout(self.timeout.min(PROBE_TIMEOUT))
+            .send()
+            .await
+            .map_err(|e| format!("{}: {}", self.shown_url, chain(e)))?;
+        let status = answer.status();
+        if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+            Err(format!("{}: HTTP {status}", self.shown_url))
+        } else if status.is_redirection() {
+            Err(response::redirected(status, answer.headers()))
+        } else {
+            Ok(())
+        }
     }
 
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
@@ -178,6 +268,7 @@ mod tests {
         )
         .await
         .unwrap();
+        assert_eq!(sink.probe().await, Ok(()), "HEAD answered (405): ready");
         assert_eq!(
             sink.write(&rows(&["a", "b", "c"])).await,
             WriteOutcome::Written {
@@ -221,11 +312,14 @@ mod tests {
                 ..
             }
         ));
+        let not_ready = sink.probe().await.unwrap_err();
+        assert!(not_ready.contains("HTTP 503"), "{not_ready}");
         sim.outage(Duration::from_secs(30), OutageMode::Hang);
         assert!(matches!(
             sink.write(&rows(&["x"])).await,
             WriteOutcome::Unavailable(reason) if reason.contains("timed out")
         ));
+        assert!(sink.probe().await.is_err(), "hung: not ready");
         sim.outage(Duration::ZERO, OutageMode::Unavailable);
         sim.stop().await.unwrap();
     }
@@ -242,10 +336,12 @@ mod tests {
         )
         .await
         .unwrap();
+        assert!(sink.probe().await.is_err(), "refused: not ready");
         assert!(matches!(
             sink.write(&rows(&["a"])).await,
             WriteOutcome::Unavailable(_)
         ));
+        assert!(sink.probe().await.is_err());
     }
 
     #[tokio::test]

@@ -5,6 +5,7 @@
 //! | 2xx | written; `{"inserted": n, "duplicates": m}` in the body, if present, is believed |
 //! | 429, 503 | throttled, with the wait the headers ask for |
 //! | 408, 500, 502, 504–599 | transient: retried, then dead-lettered after `max_attempts` |
+//! | 3xx (not followed: 301/302/303 would turn the POST into a GET, 307/308 beyond a few hops) | fatal, naming the redirect and its `Location` |
 //! | 401, 403, 404, 405, 407, 501 | fatal: a wrong URL, method or credential is not the records' fault, and dead-lettering every record for it would be worse than stopping |
 //! | other 4xx (400, 413, 422, …) | rejected: the batch is split to find the bad records |
 //! | anything else | fatal |
@@ -31,6 +32,7 @@ pub fn classify(
     let reason = || describe(status, body);
     match status.as_u16() {
         200..=299 => written(body, rows as u64),
+        300..=399 => WriteOutcome::Fatal(redirected(status, headers)),
         429 | 503 => WriteOutcome::Throttled {
             retry_after: retry_after::from_headers(headers, now, max_delay),
             reason: reason(),
@@ -65,6 +67,19 @@ fn written(body: &[u8], rows: u64) -> WriteOutcome {
         inserted: rows - duplicates,
         duplicates,
     }
+}
+
+/// An ingest endpoint that redirects a write is misconfigured: following a 301/302/303
+/// turns the POST into a GET, so the batch never arrives however the target answers.
+pub fn redirected(status: StatusCode, headers: &HeaderMap) -> String {
+    let location = headers
+        .get(http::header::LOCATION)
+        .map(|l| String::from_utf8_lossy(l.as_bytes()).into_owned())
+        .unwrap_or_else(|| "nowhere (no Location header)".into());
+    format!(
+        "HTTP {status}: the endpoint redirects writes to {}; a redirected POST is not written (point sink.url at the final address)",
+        crate::redact::redact(&location)
+    )
 }
 
 fn describe(status: StatusCode, body: &[u8]) -> String {
@@ -145,7 +160,7 @@ mod tests {
                 "{code}"
             );
         }
-        for code in [401, 403, 404, 405, 407, 501, 302] {
+        for code in [401, 403, 404, 405, 407, 501, 301, 302, 303, 307, 308] {
             assert!(
                 matches!(outcome(code, &[], ""), WriteOutcome::Fatal(_)),
                 "{code}"
@@ -160,6 +175,27 @@ mod tests {
                 "{code}"
             );
         }
+    }
+
+    #[test]
+    fn a_redirect_names_its_target_without_the_password() {
+        let WriteOutcome::Fatal(reason) = outcome(
+            302,
+            &[("location", "https://user:s3cret@login.example/sso?next=/in")],
+            "",
+        ) else {
+            panic!()
+        };
+        assert!(reason.starts_with("HTTP 302 Found"), "{reason}");
+        assert!(
+            reason.contains("https://user:***@login.example/sso?next=/in"),
+            "{reason}"
+        );
+        assert!(!reason.contains("s3cret"), "{reason}");
+        let WriteOutcome::Fatal(reason) = outcome(301, &[], "") else {
+            panic!()
+        };
+        assert!(reason.contains("no Location header"), "{reason}");
     }
 
     #[test]
