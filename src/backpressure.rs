@@ -32,6 +32,9 @@ pub struct Backpressure {
     state: Mutex<State>,
     /// Records sent again, not yet deducted from the cadence's allowance.
     owed: AtomicU64,
+    /// Waits between attempts while the sink cannot be reached: capped by
+    /// `throttle.max_pause`, so a sink that is back is noticed within that time.
+    outage: Backoff,
     stats: Arc<Stats>,
 }
 
@@ -61,13 +64,14 @@ impl Backpressure {
                 step: throttle.linear_step,
             },
         };
+        let outage = Backoff::new(retry.min_delay, throttle.max_pause, retry.factor);
         let params = ThrottleParams {
             beta: throttle.beta,
             recovery,
             min_multiplier: throttle.min_multiplier,
             window: rate.tick,
             pause_jitter: throttle.pause_jitter,
-            backoff: Backoff::new(retry.min_delay, throttle.max_pause, retry.factor),
+            backoff: outage.clone(),
         };
         Backpressure {
             epoch: Instant::now(),
@@ -83,8 +87,15 @@ impl Backpressure {
                 ceiling: rate.records_per_second,
             }),
             owed: AtomicU64::new(0),
+            outage,
             stats,
         }
+    }
+
+    /// How long a write waits before attempt `attempt` (1 = first retry) of an outage.
+    pub fn outage_wait(&self, attempt: u32) -> Duration {
+        let mut state = self.lock();
+        self.outage.delay(attempt, &mut state.rng)
     }
 
     fn now(&self) -> Duration {
@@ -277,5 +288,28 @@ mod tests {
         p.throttled(p.now(), Some(Duration::ZERO));
         // 200 records in the first 0.5 s: 400 rec/s measured, cut to 280.
         assert!((p.rate() - 280.0).abs() < 1e-6, "{}", p.rate());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_is_retried_within_the_longest_pause() {
+        let throttle = ThrottleConfig {
+            max_pause: Duration::from_secs(2),
+            ..ThrottleConfig::default()
+        };
+        let p = Backpressure::new(
+            &throttle,
+            &RetryConfig::default(),
+            &RateConfig::default(),
+            Arc::new(Stats::default()),
+        );
+        // retry.max_delay is 30 s; the wait of an outage stops at throttle.max_pause.
+        for attempt in 1..40 {
+            let wait = p.outage_wait(attempt);
+            assert!(
+                wait >= Duration::from_millis(100) && wait <= Duration::from_secs(2),
+                "attempt {attempt}: {wait:?}"
+            );
+        }
+        assert!((30..40).any(|a| p.outage_wait(a) > Duration::from_secs(1)));
     }
 }

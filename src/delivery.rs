@@ -160,7 +160,7 @@ impl Delivery {
                 WriteOutcome::Unavailable(reason) => {
                     outage += 1;
                     Stats::add(&self.stats.retries, 1);
-                    let wait = self.backoff.delay(outage, &mut rand::rng());
+                    let wait = self.pressure.outage_wait(outage);
                     tracing::warn!(?wait, "sink unavailable, retrying: {reason}");
                     tokio::time::sleep(wait).await;
                     piece.retry = true;

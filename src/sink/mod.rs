@@ -108,6 +108,7 @@ pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
     Ok(Arc::new(balanced::BalancedSink::new(
         endpoints,
         &config.sink.balance,
+        config.throttle.max_pause,
     )))
 }
 

@@ -1,7 +1,9 @@
 //! Picks the endpoint for the next batch. Only available endpoints are candidates (not
 //! marked down, not throttled); those in the worker's zone come first, the others only
 //! when none there is available. A failing endpoint is marked down and probed again after
-//! an exponential backoff; a throttled one is paused until its Retry-After, alone.
+//! an exponential backoff capped by the configured ceiling (`throttle.max_pause`), so an
+//! endpoint that is back is noticed within that time; a throttled one is paused until its
+//! Retry-After, alone.
 
 use std::time::Duration;
 
@@ -31,6 +33,8 @@ pub struct EndpointState {
     /// Unavailable until then: down (connection failures) or throttled.
     pub down_until: Option<Instant>,
     pub throttled_until: Option<Instant>,
+    /// The last throttle named its wait (Retry-After) rather than just saying "not now".
+    pub throttle_named_wait: bool,
     pub failures: u32,
     pub requests: u64,
 }
@@ -75,6 +79,7 @@ impl Balancer {
                 latency: PeakEwma::new(initial, decay, now),
                 down_until: None,
                 throttled_until: None,
+                throttle_named_wait: false,
                 failures: 0,
                 requests: 0,
             })
@@ -166,17 +171,40 @@ impl Balancer {
         e.down_until = None;
     }
 
-    /// `i` answered "slow down": pause it alone until `until`.
-    pub fn throttled(&mut self, i: usize, rtt: Duration, until: Instant, now: Instant) {
+    /// `i` answered "slow down": pause it alone until `until`; `named` says the endpoint
+    /// named that wait (Retry-After) rather than the default pause being assumed.
+    pub fn throttled(
+        &mut self,
+        i: usize,
+        rtt: Duration,
+        until: Instant,
+        named: bool,
+        now: Instant,
+    ) {
         self.answered(i, rtt, now);
         let e = &mut self.endpoints[i];
         e.throttled_until = Some(e.throttled_until.map_or(until, |t| t.max(until)));
+        e.throttle_named_wait = named;
     }
 
-    /// `i` could not be reached: down until a backoff passes, then probed again.
-    pub fn failed(&mut self, i: usize, now: Instant) {
+    /// Whether every endpoint paused for throttling now named its wait.
+    pub fn throttles_named_their_waits(&self, now: Instant) -> bool {
+        self.endpoints
+            .iter()
+            .filter(|e| e.throttled_until.is_some_and(|t| now < t))
+            .all(|e| e.throttle_named_wait)
+    }
+
+    /// `i` gave no answer after `rtt` (refused, reset, timed out): down until a backoff
+    /// passes, then probed again. The time it took counts as latency only when it raises
+    /// the estimate: a request that timed out shows the endpoint slow, while a refusal
+    /// in a millisecond does not show it fast.
+    pub fn failed(&mut self, i: usize, rtt: Duration, now: Instant) {
         let e = &mut self.endpoints[i];
         e.in_flight = e.in_flight.saturating_sub(1);
+        if rtt > e.latency.estimate() {
+            e.latency.observe(rtt, now);
+        }
         e.failures += 1;
         let wait = self.backoff.delay(e.failures, &mut self.rng);
         e.down_until = Some(now + wait);
@@ -213,7 +241,7 @@ mod tests {
     #[test]
     fn p2c_never_picks_a_down_endpoint() {
         let (mut b, now) = balancer(Strategy::P2c, None, &[None, None, None]);
-        b.failed(1, now);
+        b.failed(1, ms(1), now);
         for _ in 0..1000 {
             let i = b.pick(now).unwrap();
             assert_ne!(i, 1);
@@ -277,9 +305,9 @@ mod tests {
             assert_ne!(i, 2);
             b.answered(i, ms(10), now);
         }
-        b.failed(0, now);
+        b.failed(0, ms(1), now);
         assert_eq!(b.pick(now), Some(1));
-        b.failed(1, now);
+        b.failed(1, ms(1), now);
         assert_eq!(b.pick(now), Some(2), "both zone-A endpoints are down");
     }
 
@@ -287,7 +315,7 @@ mod tests {
     fn a_throttled_endpoint_pauses_alone() {
         let (mut b, now) = balancer(Strategy::P2c, None, &[None, None]);
         let i = b.pick(now).unwrap();
-        b.throttled(i, ms(5), now + Duration::from_secs(2), now);
+        b.throttled(i, ms(5), now + Duration::from_secs(2), true, now);
         for _ in 0..50 {
             let j = b.pick(now).unwrap();
             assert_ne!(j, i);
@@ -296,8 +324,65 @@ mod tests {
         let other = 1 - i;
         let j = b.pick(now).unwrap();
         assert_eq!(j, other);
-        b.throttled(other, ms(5), now + Duration::from_secs(1), now);
+        b.throttled(other, ms(5), now + Duration::from_secs(1), true, now);
         assert_eq!(b.pick(now), None, "all throttled");
         assert_eq!(b.next_available(), Some(now + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_refused_endpoint_is_probed_again_within_the_ceiling() {
+        // Backoff from 100 ms to 5 s: however long the refusals last, the endpoint is
+        // never set aside for longer than the ceiling (it used to grow to 30 s).
+        let (mut b, t0) = balancer(Strategy::P2cEwma, None, &[None, None]);
+        let mut now = t0;
+        for _ in 0..40 {
+            b.failed(1, ms(1), now);
+            let until = b.endpoints()[1].down_until.unwrap();
+            assert!(until - now <= Duration::from_secs(5), "{:?}", until - now);
+            now = until;
+            assert!(
+                !b.endpoints()[1].is_down(now),
+                "probed again once the wait is over"
+            );
+        }
+        // Back: its first request is answered and it is a candidate again at once.
+        b.answered(1, ms(10), now);
+        assert!(!b.endpoints()[1].is_down(now));
+        assert!((0..100).any(|_| {
+            let i = b.pick(now).unwrap();
+            b.answered(i, ms(10), now);
+            i == 1
+        }));
+    }
+
+    #[test]
+    fn a_timeout_is_a_latency_sample_and_a_refusal_is_not() {
+        let (mut b, now) = balancer(Strategy::P2cEwma, None, &[None, None]);
+        b.failed(0, Duration::from_secs(5), now);
+        assert_eq!(b.endpoints()[0].latency.estimate(), Duration::from_secs(5));
+        b.failed(0, ms(1), now + ms(10));
+        assert_eq!(
+            b.endpoints()[0].latency.estimate(),
+            Duration::from_secs(5),
+            "a refusal in a millisecond does not make it look fast"
+        );
+        // The hung endpoint, once probed again, loses against a fast one.
+        let later = now + Duration::from_secs(6);
+        b.answered(1, ms(10), later);
+        for _ in 0..50 {
+            let i = b.pick(later).unwrap();
+            assert_eq!(i, 1, "p2c-ewma avoids the endpoint that timed out");
+            b.answered(i, ms(10), later);
+        }
+    }
+
+    #[test]
+    fn throttles_without_a_named_wait_are_told_apart() {
+        let (mut b, now) = balancer(Strategy::P2c, None, &[None, None]);
+        b.throttled(0, ms(5), now + Duration::from_secs(1), false, now);
+        b.throttled(1, ms(5), now + Duration::from_secs(3), true, now);
+        assert!(!b.throttles_named_their_waits(now));
+        // Once the unnamed pause is over, only the named one is in force.
+        assert!(b.throttles_named_their_waits(now + Duration::from_secs(2)));
     }
 }
