@@ -13,6 +13,7 @@ use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
 use crate::control::limit::fixed::FixedLimit;
 use crate::control::limit::gate::LimitGate;
+use crate::control::unexplained::UnexplainedFailures;
 use crate::record::{DeadLetter, Position, Row};
 use crate::sink::{Sink, WriteOutcome};
 use crate::stats::Stats;
@@ -116,6 +117,7 @@ impl Delivery {
             retry: false,
         }];
         let mut outage = 0u32;
+        let mut unexplained = UnexplainedFailures::default();
         while let Some(mut piece) = todo.pop() {
             if piece.rows.is_empty() {
                 continue;
@@ -132,6 +134,7 @@ impl Delivery {
                     duplicates,
                 } => {
                     outage = 0;
+                    unexplained.written();
                     self.pressure.written(inserted + duplicates);
                     Stats::add(&self.stats.written, inserted);
                     Stats::add(&self.stats.duplicates, duplicates);
@@ -232,9 +235,25 @@ impl Delivery {
                         }));
                     }
                 }
+                WriteOutcome::Unexplained(reason) => {
+                    if piece.rows.len() == 1 {
+                        unexplained.failed_alone(DeadLetter::from_row(
+                            &piece.rows[0],
+                            reason,
+                            piece.attempts + 1,
+                        ));
+                    } else {
+                        unexplained.failed();
+                        todo.extend(split(Piece {
+                            retry: false,
+                            ..piece
+                        }));
+                    }
+                }
                 WriteOutcome::Fatal(reason) => return Err(FatalSinkError(reason)),
             }
         }
+        dead.extend(unexplained.verdict().map_err(FatalSinkError)?);
         self.store_dead_letters(&dead).await?;
         Ok(batch.positions)
     }
@@ -252,7 +271,9 @@ impl Delivery {
                     Stats::add(&self.stats.dead_lettered, dead.len() as u64);
                     return Ok(());
                 }
-                WriteOutcome::Fatal(reason) | WriteOutcome::Rejected { reason, .. } => {
+                WriteOutcome::Fatal(reason)
+                | WriteOutcome::Unexplained(reason)
+                | WriteOutcome::Rejected { reason, .. } => {
                     return Err(FatalSinkError(format!(
                         "cannot store dead letters: {reason}"
                     )));
@@ -300,14 +321,17 @@ mod tests {
     use std::sync::atomic::Ordering::Relaxed;
 
     /// A sink with rules: rows whose payload contains "bad" are rejected (the whole batch
-    /// fails, as a database constraint would); the first `throttles` writes are throttled;
-    /// writes of more than `burst` rows are throttled forever; the first `transients`
-    /// writes fail transiently.
+    /// fails, as a database constraint would), rows whose payload contains "odd" fail
+    /// unexplained (as a trigger raising an unknown SQLSTATE would); the first `throttles`
+    /// writes are throttled; writes of more than `burst` rows are throttled forever; the
+    /// first `transients` writes fail transiently; when `broken`, every write fails
+    /// unexplained (as a schema problem no rule knows would).
     #[derive(Default)]
     struct RuleSink {
         throttles: Mutex<u32>,
         transients: Mutex<u32>,
         burst: Option<usize>,
+        broken: bool,
         written: Mutex<Vec<String>>,
         dead: Mutex<Vec<(String, String)>>,
         calls: Mutex<u32>,
@@ -335,6 +359,12 @@ mod tests {
             if *tr > 0 {
                 *tr -= 1;
                 return WriteOutcome::Transient("deadlock".into());
+            }
+            if self.broken {
+                return WriteOutcome::Unexplained("SQLSTATE XX000: broken".into());
+            }
+            if rows.iter().any(|r| r.payload.contains("odd")) {
+                return WriteOutcome::Unexplained("SQLSTATE ZZ001: odd row".into());
             }
             if rows.iter().any(|r| r.payload.contains("bad")) {
                 return WriteOutcome::Rejected {
@@ -365,11 +395,16 @@ mod tests {
     }
 
     fn rows(n: usize, bad: &[usize]) -> Vec<Row> {
+        rows_marked(n, bad, "bad")
+    }
+
+    /// `n` rows; those at `marked` carry `mark` in their payload.
+    fn rows_marked(n: usize, marked: &[usize], mark: &str) -> Vec<Row> {
         (0..n)
             .map(|i| Row {
                 key: format!("k{i}"),
-                payload: if bad.contains(&i) {
-                    "{\"bad\":1}".into()
+                payload: if marked.contains(&i) {
+                    format!("{{\"{mark}\":1}}")
                 } else {
                     "{}".into()
                 },
@@ -490,5 +525,65 @@ mod tests {
             dead[0].1.contains("gave up after 3 attempts: deadlock"),
             "{dead:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unexplained_errors_of_some_rows_are_isolated_and_dead_lettered() {
+        let sink = Arc::new(RuleSink::default());
+        let (d, stats) = delivery(sink.clone(), 8);
+        d.deliver(Batch {
+            rows: rows_marked(100, &[0, 31, 99], "odd"),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        assert_eq!(sink.written.lock().unwrap().len(), 97);
+        let dead = sink.dead.lock().unwrap().clone();
+        let keys: Vec<&str> = dead.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["k0", "k31", "k99"]);
+        assert!(
+            dead.iter().all(|(_, r)| r == "SQLSTATE ZZ001: odd row"),
+            "{dead:?}"
+        );
+        assert_eq!(stats.dead_lettered.load(Relaxed), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unexplained_error_that_hits_every_row_stops_without_dead_letters() {
+        let sink = Arc::new(RuleSink {
+            broken: true,
+            ..Default::default()
+        });
+        let (d, _) = delivery(sink.clone(), 8);
+        let err = d
+            .deliver(Batch {
+                rows: rows(64, &[]),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert!(err.0.contains("SQLSTATE XX000: broken"), "{err}");
+        assert!(err.0.contains("not a row's fault"), "{err}");
+        assert!(sink.dead.lock().unwrap().is_empty());
+        assert!(sink.written.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_row_failing_unexplained_is_no_row_error_even_with_one_row_or_all_odd() {
+        for batch in [
+            rows_marked(1, &[0], "odd"),
+            rows_marked(5, &[0, 1, 2, 3, 4], "odd"),
+        ] {
+            let sink = Arc::new(RuleSink::default());
+            let (d, _) = delivery(sink.clone(), 8);
+            let result = d
+                .deliver(Batch {
+                    rows: batch,
+                    ..Default::default()
+                })
+                .await;
+            assert!(result.is_err(), "no write succeeded, so no row is to blame");
+            assert!(sink.dead.lock().unwrap().is_empty());
+        }
     }
 }

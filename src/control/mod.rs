@@ -12,3 +12,4 @@ pub mod retry_after;
 pub mod retry_budget;
 pub mod target_rate;
 pub mod throttle;
+pub mod unexplained;

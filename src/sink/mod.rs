@@ -41,6 +41,10 @@ pub enum WriteOutcome {
     },
     /// Nothing more can be done (the table is gone, permissions revoked): stop the worker.
     Fatal(String),
+    /// A failure no rule explains: it may be some row's doing or everyone's. The batch is
+    /// split to find out; a row is dead-lettered only if it fails alone and a write
+    /// without it succeeds, otherwise the worker stops.
+    Unexplained(String),
 }
 
 impl WriteOutcome {
@@ -53,6 +57,7 @@ impl WriteOutcome {
             WriteOutcome::Transient(_) => "transient",
             WriteOutcome::Rejected { .. } => "rejected",
             WriteOutcome::Fatal(_) => "fatal",
+            WriteOutcome::Unexplained(_) => "unexplained",
         }
     }
 
