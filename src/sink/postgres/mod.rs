@@ -10,11 +10,12 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, Postgres};
 use sqlx::{Connection, Executor};
 
 use self::layout::Layout;
-use self::sqlstate::{ErrorClass, classify};
+use self::sqlstate::{ErrorClass, Phase, classify};
 use super::identifier::quote;
 use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
 use crate::config::Config;
@@ -79,10 +80,31 @@ impl PostgresSink {
         })
     }
 
+    /// A pooled connection; failing to get one is judged as a connect-phase error.
+    async fn connection(&self) -> Result<PoolConnection<Postgres>, WriteOutcome> {
+        self.pool
+            .acquire()
+            .await
+            .map_err(|e| self.outcome(e, Phase::Connect))
+    }
+
+    /// Judges a statement's error. A connection that met an outage is not reused: after
+    /// a failover it may still point at the old primary, now a read-only standby.
+    fn failed(&self, conn: &mut PoolConnection<Postgres>, err: sqlx::Error) -> WriteOutcome {
+        let outcome = self.outcome(err, Phase::Statement);
+        if matches!(outcome, WriteOutcome::Unavailable(_)) {
+            conn.close_on_drop();
+        }
+        outcome
+    }
+
     /// The fast path: the whole batch in one COPY (all or nothing).
     /// The data streams in chunks: no batch-sized buffer, whatever the batch.
-    async fn copy(&self, statement: &str, rows: &[Row]) -> Result<u64, sqlx::Error> {
-        let mut conn = self.pool.acquire().await?;
+    async fn copy(
+        conn: &mut PgConnection,
+        statement: &str,
+        rows: &[Row],
+    ) -> Result<u64, sqlx::Error> {
         let mut copy = conn.copy_in_raw(statement).await?;
         let mut chunk = Vec::with_capacity(COPY_CHUNK + 1024);
         for row in rows {
@@ -98,7 +120,10 @@ impl PostgresSink {
         copy.finish().await
     }
 
-    async fn insert_dead_letters(&self, letters: &[DeadLetter]) -> Result<(), sqlx::Error> {
+    async fn insert_dead_letters(
+        conn: &mut PgConnection,
+        letters: &[DeadLetter],
+    ) -> Result<(), sqlx::Error> {
         let fingerprints: Vec<String> = letters.iter().map(dead_letter_fingerprint).collect();
         let positions: Vec<String> = letters.iter().map(|l| text(&l.origin)).collect();
         let keys: Vec<Option<String>> =
@@ -120,18 +145,18 @@ impl PostgresSink {
         .bind(raws)
         .bind(reasons)
         .bind(attempts)
-        .execute(&self.pool)
+        .execute(conn)
         .await?;
         Ok(())
     }
 
     /// Sorts an error into what the delivery should do about it.
-    fn outcome(&self, err: sqlx::Error) -> WriteOutcome {
+    fn outcome(&self, err: sqlx::Error, phase: Phase) -> WriteOutcome {
         match &err {
             sqlx::Error::Database(db) => {
                 let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
                 let reason = format!("SQLSTATE {code}: {}", db.message());
-                match classify(&code, &self.throttle_sqlstates) {
+                match classify(&code, phase, &self.throttle_sqlstates) {
                     ErrorClass::Throttle => WriteOutcome::Throttled {
                         retry_after: None,
                         reason,
@@ -140,6 +165,7 @@ impl PostgresSink {
                     ErrorClass::Transient => WriteOutcome::Transient(reason),
                     ErrorClass::Permanent => WriteOutcome::Rejected { rows: None, reason },
                     ErrorClass::Fatal => WriteOutcome::Fatal(reason),
+                    ErrorClass::Unexplained => WriteOutcome::Unexplained(reason),
                 }
             }
             sqlx::Error::Io(_)
@@ -271,8 +297,12 @@ impl Sink for PostgresSink {
     }
 
     async fn write(&self, rows: &[Row]) -> WriteOutcome {
+        let mut conn = match self.connection().await {
+            Ok(c) => c,
+            Err(outcome) => return outcome,
+        };
         if let Some(copy) = self.layout.copy() {
-            match self.copy(copy, rows).await {
+            match Self::copy(&mut conn, copy, rows).await {
                 Ok(inserted) => {
                     return WriteOutcome::Written {
                         inserted,
@@ -281,14 +311,14 @@ impl Sink for PostgresSink {
                 }
                 // A redelivered key: the insert below absorbs it.
                 Err(e) if is_unique_violation(&e) => {}
-                Err(e) => return self.outcome(e),
+                Err(e) => return self.failed(&mut conn, e),
             }
         }
         let query = match self.layout.insert(rows) {
             Ok(q) => q,
             Err(e) => return WriteOutcome::Fatal(format!("cannot encode the batch: {e}")),
         };
-        match query.execute(&self.pool).await {
+        match query.execute(&mut *conn).await {
             Ok(done) => {
                 let inserted = done.rows_affected();
                 WriteOutcome::Written {
@@ -296,17 +326,21 @@ impl Sink for PostgresSink {
                     duplicates: (rows.len() as u64).saturating_sub(inserted),
                 }
             }
-            Err(e) => self.outcome(e),
+            Err(e) => self.failed(&mut conn, e),
         }
     }
 
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
-        match self.insert_dead_letters(letters).await {
+        let mut conn = match self.connection().await {
+            Ok(c) => c,
+            Err(outcome) => return outcome,
+        };
+        match Self::insert_dead_letters(&mut conn, letters).await {
             Ok(()) => WriteOutcome::Written {
                 inserted: letters.len() as u64,
                 duplicates: 0,
             },
-            Err(e) => self.outcome(e),
+            Err(e) => self.failed(&mut conn, e),
         }
     }
 }

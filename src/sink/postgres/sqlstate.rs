@@ -1,50 +1,129 @@
-//! What a PostgreSQL error means for the records that met it, by SQLSTATE.
+//! What a PostgreSQL error means for the records that met it, by SQLSTATE (PostgreSQL's
+//! errcodes appendix). Each code answers one question: is it "not now" (the server cannot
+//! take writes for a while: wait, blame no record), "not this record" (split the batch,
+//! dead-letter the record), or "never" (the statement, the schema or the credentials are
+//! wrong: stop)? A code the table does not know is judged by evidence instead
+//! ([`ErrorClass::Unexplained`]), never by guessing "never" or "not this record".
+
+/// When the error came: while opening a connection or while running a statement. Some
+/// codes mean different things at each (55000 at connect is a database closed for
+/// maintenance; in a statement it is an object in the wrong state, e.g. a view).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Connect,
+    Statement,
+}
 
 /// The pipeline's view of an error class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
-    /// Listed in `sink.throttle_sqlstates`: slow down, like HTTP 429.
+    /// Slow down, like HTTP 429: listed in `sink.throttle_sqlstates`, or out of memory.
     Throttle,
     /// The database cannot be reached or cannot take any write now; not the records'
     /// fault, retried for as long as it lasts.
     Unavailable,
-    /// May pass on retry but may also be the batch's doing (deadlock, lock or statement
-    /// timeout): retried, then split, then dead-lettered.
+    /// May pass on retry but may also be the batch's doing (deadlock, statement timeout):
+    /// retried, then split, then dead-lettered.
     Transient,
-    /// Some record can never be written (bad value, constraint): split the batch.
+    /// Some record can never be written (bad value, constraint, a trigger rejecting it):
+    /// split the batch.
     Permanent,
-    /// The statement or the schema is wrong (table dropped, privilege revoked): no record
-    /// is at fault and none should be dead-lettered for it.
+    /// The statement, the schema or the credentials are wrong (table dropped, privilege
+    /// revoked, password refused): no record is at fault and none should be dead-lettered.
     Fatal,
+    /// No rule says whose fault it is: split the batch; a record failing alone is
+    /// dead-lettered only if a write without it succeeds afterwards, otherwise the worker
+    /// stops (see `delivery.rs`).
+    Unexplained,
 }
 
-/// Codes of the 42 class that describe the schema or the statement, not a record.
-const SCHEMA_ERRORS: &[&str] = &[
+/// "Not now": the server, or the table, cannot take writes for a while. Nothing here is
+/// the records' doing, so they are retried without limit and never dead-lettered for it.
+/// Class 08 (connection exceptions) is added whole; it includes 08P01, which PgBouncer
+/// also uses for its own waits (`query_wait_timeout`, a paused pool).
+const NOT_NOW: &[&str] = &[
+    // read_only_sql_transaction: a standby after a failover, or default_transaction_read_only
+    // set for maintenance. The connection is closed, so the next one reaches whatever is
+    // writable now.
+    "25006", "53000", // insufficient_resources
+    "53100", // disk_full
+    "53300", // too_many_connections
+    // object_in_use: another session is using the table (a maintenance command).
+    "55006",
+    // lock_not_available: lock_timeout ran out behind another session's lock (VACUUM
+    // FULL, ALTER TABLE, REINDEX). It clears when that session ends; dead-lettering after
+    // max_attempts would throw away a whole maintenance window's records.
+    "55P03", "57P01", // admin_shutdown
+    "57P02", // crash_shutdown
+    "57P03", // cannot_connect_now: starting up, shutting down, in recovery
+    // database_dropped: a standby drops our connection when the primary drops the
+    // database. The reconnect decides: 3D000 (gone for good) stops the worker.
+    "57P04", "57P05", // idle_session_timeout: the server closed an idle connection
+];
+
+/// "Never": the credentials, the database or the schema are wrong. No retry and no
+/// record changes that, and dead-lettering would throw away every record.
+const NEVER: &[&str] = &[
+    "3D000", // invalid_catalog_name: the database does not exist
+    "3F000", // invalid_schema_name
     "42501", // insufficient_privilege
     "42601", // syntax_error
     "42P01", // undefined_table
     "42703", // undefined_column
+    "42809", // wrong_object_type: the table is a view (COPY cannot write it)
     "42883", // undefined_function
     "42P10", // invalid_column_reference (ON CONFLICT without a unique index)
 ];
 
-pub fn classify(code: &str, throttle: &[String]) -> ErrorClass {
+/// May pass on retry, but a record can also cause it every time: retried up to
+/// `retry.max_attempts`, then split, then dead-lettered.
+const MAYBE_THE_BATCH: &[&str] = &[
+    // configuration_limit_exceeded: the statement crossed a limit such as temp_file_limit;
+    // a smaller batch may pass.
+    "53400",
+    // query_canceled: statement_timeout (a slow trigger on one record times out every
+    // batch holding it) or an operator's cancel.
+    "57014", "72000", // snapshot_too_old
+];
+
+/// "Not this record": the value, a constraint, or user code judging the row.
+const NOT_THIS_RECORD: &[&str] = &[
+    "44000", // with_check_option_violation: the row falls outside the view's condition
+    // raise_exception: a trigger's plain RAISE EXCEPTION, user code rejecting this row.
+    // A trigger that wants writes to wait should raise a "not now" code instead.
+    "P0001",
+];
+
+pub fn classify(code: &str, phase: Phase, throttle: &[String]) -> ErrorClass {
     if throttle.iter().any(|t| t == code) {
         return ErrorClass::Throttle;
     }
     match code {
-        // connection_exception; admin/crash shutdown, cannot connect now; too many
-        // connections; disk full.
-        c if c.starts_with("08") => ErrorClass::Unavailable,
-        "57P01" | "57P02" | "57P03" | "53300" | "53100" => ErrorClass::Unavailable,
-        // serialization failure, deadlock, out of memory, configuration limit, lock not
-        // available, statement timeout / cancel.
-        "40001" | "40P01" | "53200" | "53400" | "55P03" | "57014" => ErrorClass::Transient,
-        c if SCHEMA_ERRORS.contains(&c) => ErrorClass::Fatal,
-        c if c.starts_with("22") || c.starts_with("23") || c.starts_with("42") => {
+        // object_not_in_prerequisite_state, at connect: "database is not currently
+        // accepting connections" (ALLOW_CONNECTIONS false, a maintenance window).
+        "55000" if phase == Phase::Connect => ErrorClass::Unavailable,
+        // out_of_memory: the server is short of memory, which a smaller batch eases. As a
+        // throttle the worker slows down and splits a batch throttled three times, and no
+        // record is ever dead-lettered for it.
+        "53200" => ErrorClass::Throttle,
+        c if c.starts_with("08") || NOT_NOW.contains(&c) => ErrorClass::Unavailable,
+        // invalid_authorization_specification: role or password refused.
+        c if c.starts_with("28") || NEVER.contains(&c) => ErrorClass::Fatal,
+        // transaction_rollback: serialization failure (also a standby's recovery
+        // conflict), deadlock.
+        c if c.starts_with("40") || MAYBE_THE_BATCH.contains(&c) => ErrorClass::Transient,
+        // data exceptions, integrity constraints, and the rest of class 42.
+        c if c.starts_with("22")
+            || c.starts_with("23")
+            || c.starts_with("42")
+            || NOT_THIS_RECORD.contains(&c) =>
+        {
             ErrorClass::Permanent
         }
-        _ => ErrorClass::Fatal,
+        // Everything else — internal errors (XX), program limits (54: an index row too
+        // big for one record, XID wraparound protection for all), other PL/pgSQL errors,
+        // 55000 in a statement (e.g. "cannot insert into view") — is judged by evidence.
+        _ => ErrorClass::Unexplained,
     }
 }
 
@@ -57,31 +136,64 @@ mod tests {
         let none: &[String] = &[];
         for (code, class) in [
             ("08006", ErrorClass::Unavailable),
+            ("08P01", ErrorClass::Unavailable),
+            ("25006", ErrorClass::Unavailable),
+            ("53000", ErrorClass::Unavailable),
+            ("53100", ErrorClass::Unavailable),
+            ("53300", ErrorClass::Unavailable),
+            ("55006", ErrorClass::Unavailable),
+            ("55P03", ErrorClass::Unavailable),
             ("57P01", ErrorClass::Unavailable),
             ("57P03", ErrorClass::Unavailable),
-            ("53300", ErrorClass::Unavailable),
+            ("57P04", ErrorClass::Unavailable),
+            ("57P05", ErrorClass::Unavailable),
+            ("53200", ErrorClass::Throttle),
             ("40001", ErrorClass::Transient),
             ("40P01", ErrorClass::Transient),
-            ("55P03", ErrorClass::Transient),
             ("57014", ErrorClass::Transient),
             ("53400", ErrorClass::Transient),
+            ("72000", ErrorClass::Transient),
             ("23514", ErrorClass::Permanent),
             ("23505", ErrorClass::Permanent),
             ("22P02", ErrorClass::Permanent),
             ("42804", ErrorClass::Permanent),
+            ("44000", ErrorClass::Permanent),
+            ("P0001", ErrorClass::Permanent),
             ("42P01", ErrorClass::Fatal),
             ("42501", ErrorClass::Fatal),
-            ("XX000", ErrorClass::Fatal),
+            ("42809", ErrorClass::Fatal),
+            ("28P01", ErrorClass::Fatal),
+            ("3D000", ErrorClass::Fatal),
+            ("XX000", ErrorClass::Unexplained),
+            ("54000", ErrorClass::Unexplained),
+            ("P0002", ErrorClass::Unexplained),
+            ("0A000", ErrorClass::Unexplained),
         ] {
-            assert_eq!(classify(code, none), class, "{code}");
+            assert_eq!(classify(code, Phase::Statement, none), class, "{code}");
         }
+    }
+
+    #[test]
+    fn a_database_closed_to_connections_is_an_outage_only_at_connect() {
+        let none: &[String] = &[];
+        assert_eq!(
+            classify("55000", Phase::Connect, none),
+            ErrorClass::Unavailable
+        );
+        // "cannot insert into view": the same code in a statement is no outage.
+        assert_eq!(
+            classify("55000", Phase::Statement, none),
+            ErrorClass::Unexplained
+        );
+        assert_eq!(classify("28P01", Phase::Connect, none), ErrorClass::Fatal);
     }
 
     #[test]
     fn configured_codes_throttle() {
         let throttle = vec!["53300".to_string(), "57014".to_string()];
-        assert_eq!(classify("53300", &throttle), ErrorClass::Throttle);
-        assert_eq!(classify("57014", &throttle), ErrorClass::Throttle);
-        assert_eq!(classify("40001", &throttle), ErrorClass::Transient);
+        let at = Phase::Statement;
+        assert_eq!(classify("53300", at, &throttle), ErrorClass::Throttle);
+        assert_eq!(classify("57014", at, &throttle), ErrorClass::Throttle);
+        assert_eq!(classify("40001", at, &throttle), ErrorClass::Transient);
     }
 }
