@@ -1,0 +1,460 @@
+//! PostgreSQL errors against the real server, each in a throwaway database of its own:
+//! "not now" states (a database closed to connections, a read-only database after a
+//! "failover", and every other outage SQLSTATE raised by a trigger for a while) are waited
+//! out with nothing dead-lettered; errors of single rows (a trigger's RAISE EXCEPTION, an
+//! index row too big) are isolated and dead-lettered with their neighbours written; an
+//! error that hits every row stops the worker without dead-lettering anything.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Runs one statement (or a few, separated by `;`) against `url`.
+fn execute(url: &str, sql: &str) {
+    block_on(async {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
+            .await
+            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        sqlx::Connection::close(conn).await.unwrap();
+    })
+}
+
+/// One integer from `url`.
+fn count(url: &str, sql: &str) -> i64 {
+    block_on(async {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
+            .await
+            .unwrap();
+        let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_string()))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        sqlx::Connection::close(conn).await.unwrap();
+        n
+    })
+}
+
+/// One column of text values from `url`.
+fn texts(url: &str, sql: &str) -> Vec<String> {
+    block_on(async {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
+            .await
+            .unwrap();
+        let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_string()))
+            .fetch_all(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        sqlx::Connection::close(conn).await.unwrap();
+        rows.into_iter().map(|(t,)| t).collect()
+    })
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// A database of this test's own, dropped at the end; its settings can be changed
+/// without touching the shared `sluice_test`.
+struct Db {
+    name: String,
+    url: String,
+}
+
+impl Db {
+    fn create(prefix: &str) -> Db {
+        let name = unique(prefix);
+        execute(&pg_url(), &format!("CREATE DATABASE {name}"));
+        let base = pg_url();
+        let url = format!("{}/{name}", &base[..base.rfind('/').unwrap()]);
+        Db { name, url }
+    }
+
+    /// Runs `sql` from the shared database (ALTER DATABASE cannot run inside this one
+    /// while it refuses connections).
+    fn admin(&self, sql: &str) {
+        execute(&pg_url(), &sql.replace("{db}", &self.name));
+    }
+
+    /// Ends every session of this database, as a failover or a maintenance start would.
+    fn terminate_sessions(&self) {
+        self.admin(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = '{db}' AND pid <> pg_backend_pid()",
+        );
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        count(&self.url, sql)
+    }
+
+    /// The table sluice would create, made first so a trigger can be put on it.
+    fn records_table(&self) {
+        execute(
+            &self.url,
+            "CREATE TABLE records (key text PRIMARY KEY, payload jsonb NOT NULL, source text, \
+             ingested_at timestamptz NOT NULL DEFAULT now())",
+        );
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(|| {
+            self.admin("ALTER DATABASE {db} ALLOW_CONNECTIONS true");
+            self.admin("DROP DATABASE {db} WITH (FORCE)");
+        });
+    }
+}
+
+/// A file → PostgreSQL config; at most 2 attempts per record, so a "not now" state
+/// wrongly taken for a transient one dead-letters records within the test.
+fn config(dir: &Path, db: &Db, rate: u32, max_batch: usize) {
+    std::fs::write(
+        dir.join("sluice.toml"),
+        format!(
+            "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n\
+             [sink]\nkind = \"postgres\"\nurl = {:?}\ntable = \"records\"\nkey = \"/id\"\nmax_batch = {max_batch}\n\n\
+             [rate]\nrecords_per_second = {rate}\ntick = \"100ms\"\n\n\
+             [retry]\nmin_delay = \"50ms\"\nmax_delay = \"400ms\"\nfactor = 2.0\nmax_attempts = 2\nbudget_min_per_second = 20.0\n\n\
+             [throttle]\nmax_pause = \"400ms\"\n",
+            db.url
+        ),
+    )
+    .unwrap();
+}
+
+fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts a worker draining 1,000 records at 250 rec/s, brings `begin` about once it has
+/// written some, keeps it for 2 s (the worker must stay up), then `end`s it; the worker
+/// must finish with every record written and none dead-lettered, having met `code`.
+fn waits_out(prefix: &str, code: &str, begin: impl Fn(&Db), end: impl Fn(&Db)) {
+    let db = Db::create(prefix);
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 1000, &[]);
+    config(dir.path(), &db, 250, 50);
+    let mut child = worker(dir.path(), true);
+    wait_until("first rows written", Duration::from_secs(30), || {
+        db.count("SELECT count(*) FROM pg_tables WHERE tablename = 'records'") == 1
+            && db.count("SELECT count(*) FROM records") > 0
+    });
+    begin(&db);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the worker stopped during {code}"
+    );
+    end(&db);
+    let out = finish(child, Duration::from_secs(60));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("SQLSTATE {code}")),
+        "{code} not met: {err}"
+    );
+    assert_eq!(db.count("SELECT count(*) FROM records"), 1000, "{err}");
+    assert_eq!(
+        db.count("SELECT count(*) FROM sluice_dead_letters"),
+        0,
+        "{err}"
+    );
+    assert_eq!(summary(&out)["dead_lettered"], 0);
+}
+
+#[test]
+fn a_database_closed_for_maintenance_is_waited_out() {
+    waits_out(
+        "notnow_closed",
+        "55000",
+        |db| {
+            db.admin("ALTER DATABASE {db} ALLOW_CONNECTIONS false");
+            db.terminate_sessions();
+        },
+        |db| db.admin("ALTER DATABASE {db} ALLOW_CONNECTIONS true"),
+    );
+}
+
+#[test]
+fn a_read_only_database_after_a_failover_is_waited_out_on_fresh_connections() {
+    // Sessions opened while the setting is on stay read-only after it is reset: the
+    // worker recovers only if it drops the connections that met 25006.
+    waits_out(
+        "notnow_readonly",
+        "25006",
+        |db| {
+            db.admin("ALTER DATABASE {db} SET default_transaction_read_only = on");
+            db.terminate_sessions();
+        },
+        |db| db.admin("ALTER DATABASE {db} RESET default_transaction_read_only"),
+    );
+}
+
+/// A trigger raises `code` on the first 4 statements (a sequence is not rolled back, so
+/// the condition is transient and deterministic), more than the 2 attempts a record has.
+/// The worker must wait it out: exit 0, every record written, nothing dead-lettered.
+fn trigger_outage(code: &str) {
+    let db = Db::create("notnow_trigger");
+    db.records_table();
+    execute(
+        &db.url,
+        &format!(
+            "CREATE SEQUENCE statements; \
+             CREATE FUNCTION not_now() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               IF nextval('statements') <= 4 THEN \
+                 RAISE EXCEPTION USING ERRCODE = '{code}', MESSAGE = 'simulated {code}'; \
+               END IF; RETURN NULL; END $$; \
+             CREATE TRIGGER not_now BEFORE INSERT ON records \
+               FOR EACH STATEMENT EXECUTE FUNCTION not_now()"
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 200, &[]);
+    config(dir.path(), &db, 2000, 100);
+    let out = finish(worker(dir.path(), true), Duration::from_secs(60));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{code}: {err}");
+    assert!(
+        db.count("SELECT last_value FROM statements") > 4,
+        "{code}: the condition was never cleared"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM records"),
+        200,
+        "{code}: {err}"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM sluice_dead_letters"),
+        0,
+        "{code}: {err}"
+    );
+    let s = summary(&out);
+    assert!(s["retries"].as_u64().unwrap() >= 4, "{code}: {s}");
+}
+
+#[test]
+fn lock_not_available_is_waited_out() {
+    trigger_outage("55P03");
+}
+
+#[test]
+fn object_in_use_is_waited_out() {
+    trigger_outage("55006");
+}
+
+#[test]
+fn database_dropped_on_a_standby_is_waited_out() {
+    trigger_outage("57P04");
+}
+
+#[test]
+fn idle_session_timeout_is_waited_out() {
+    trigger_outage("57P05");
+}
+
+#[test]
+fn server_shutdowns_and_startup_are_waited_out() {
+    for code in ["57P01", "57P02", "57P03"] {
+        trigger_outage(code);
+    }
+}
+
+#[test]
+fn connection_exceptions_are_waited_out() {
+    for code in ["08006", "08P01"] {
+        trigger_outage(code);
+    }
+}
+
+#[test]
+fn insufficient_resources_are_waited_out() {
+    for code in ["53000", "53100", "53300"] {
+        trigger_outage(code);
+    }
+}
+
+#[test]
+fn read_only_transaction_raised_in_a_statement_is_waited_out() {
+    trigger_outage("25006");
+}
+
+#[test]
+fn out_of_memory_is_a_throttle() {
+    trigger_outage("53200");
+}
+
+/// Drains `n` records through a trigger that fails the rows whose `n` is a multiple of
+/// 100 with `raise`; returns the output, the database and the config's directory.
+fn load_with_row_errors(raise: &str) -> (std::process::Output, Db, tempfile::TempDir) {
+    let db = Db::create("notnow_rows");
+    db.records_table();
+    execute(
+        &db.url,
+        &format!(
+            "CREATE FUNCTION reject() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               IF (NEW.payload->>'n')::int % 100 = 0 THEN {raise}; END IF; \
+               RETURN NEW; END $$; \
+             CREATE TRIGGER reject BEFORE INSERT ON records \
+               FOR EACH ROW EXECUTE FUNCTION reject()"
+        ),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 5000, &[]);
+    config(dir.path(), &db, 20_000, 500);
+    let out = finish(worker(dir.path(), true), Duration::from_secs(120));
+    (out, db, dir)
+}
+
+fn rejected_keys() -> Vec<String> {
+    let mut keys: Vec<String> = (1..=50).map(|i| format!("k{}", i * 100)).collect();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn a_trigger_rejecting_one_percent_of_rows_dead_letters_exactly_those() {
+    let (out, db, dir) =
+        load_with_row_errors("RAISE EXCEPTION 'order % rejected', NEW.payload->>'id'");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(db.count("SELECT count(*) FROM records"), 4950);
+    assert_eq!(
+        db.count("SELECT count(*) FROM records WHERE (payload->>'n')::int % 100 = 0"),
+        0
+    );
+    let letters = texts(
+        &db.url,
+        "SELECT key FROM sluice_dead_letters \
+         WHERE reason LIKE '%SQLSTATE P0001: order ' || key || ' rejected%' ORDER BY key COLLATE \"C\"",
+    );
+    assert_eq!(letters, rejected_keys());
+    assert_eq!(db.count("SELECT count(*) FROM sluice_dead_letters"), 50);
+    let s = summary(&out);
+    assert_eq!(
+        (s["written"].as_u64(), s["dead_lettered"].as_u64()),
+        (Some(4950), Some(50))
+    );
+
+    // A rerun stops on nothing: every record is a duplicate or the same dead letter.
+    let again = finish(worker(dir.path(), true), Duration::from_secs(120));
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert_eq!(db.count("SELECT count(*) FROM records"), 4950);
+    assert_eq!(db.count("SELECT count(*) FROM sluice_dead_letters"), 50);
+}
+
+#[test]
+fn an_unclassified_error_of_single_rows_is_isolated_by_splitting() {
+    let (out, db, _dir) = load_with_row_errors(
+        "RAISE EXCEPTION USING ERRCODE = 'XX000', MESSAGE = 'cannot store ' || (NEW.payload->>'id')",
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(db.count("SELECT count(*) FROM records"), 4950);
+    let letters = texts(
+        &db.url,
+        "SELECT key FROM sluice_dead_letters \
+         WHERE reason LIKE '%SQLSTATE XX000: cannot store ' || key || '%' ORDER BY key COLLATE \"C\"",
+    );
+    assert_eq!(letters, rejected_keys());
+}
+
+#[test]
+fn an_index_row_too_big_is_a_row_error() {
+    // 54000 ("index row size exceeds btree maximum") is unclassified: it may be one row's
+    // (this one) or everyone's (XID wraparound protection). Splitting shows it is the row's.
+    let db = Db::create("notnow_bigkey");
+    let dir = tempfile::tempdir().unwrap();
+    let mut body = String::new();
+    let mut big = Vec::new();
+    for i in 1..=300u64 {
+        let id = if i % 97 == 0 {
+            // 6,400 pseudo-random digits: they do not compress below the index's limit.
+            let mut x = i;
+            let key: String = (0..800)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    format!("{:08}", (x >> 33) % 100_000_000)
+                })
+                .collect();
+            big.push(key.clone());
+            key
+        } else {
+            format!("k{i}")
+        };
+        body.push_str(&format!("{{\"id\":\"{id}\",\"n\":{i}}}\n"));
+    }
+    std::fs::write(dir.path().join("in.ndjson"), body).unwrap();
+    config(dir.path(), &db, 5000, 100);
+    let out = finish(worker(dir.path(), true), Duration::from_secs(60));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        db.count("SELECT count(*) FROM records"),
+        300 - big.len() as i64
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM sluice_dead_letters WHERE reason LIKE '%SQLSTATE 54000:%'"),
+        big.len() as i64,
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unclassified_error_on_every_row_stops_the_worker_without_dead_letters() {
+    let db = Db::create("notnow_every");
+    db.records_table();
+    execute(
+        &db.url,
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           RAISE EXCEPTION USING ERRCODE = 'XX000', MESSAGE = 'no row goes in'; END $$; \
+         CREATE TRIGGER refuse BEFORE INSERT ON records \
+           FOR EACH ROW EXECUTE FUNCTION refuse()",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 500, &[]);
+    config(dir.path(), &db, 5000, 100);
+    let out = finish(worker(dir.path(), true), Duration::from_secs(60));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("SQLSTATE XX000: no row goes in"), "{err}");
+    assert!(err.contains("not a row's fault"), "{err}");
+    assert_eq!(db.count("SELECT count(*) FROM records"), 0);
+    assert_eq!(db.count("SELECT count(*) FROM sluice_dead_letters"), 0);
+}
+
+#[test]
+fn a_dropped_table_stops_the_worker_without_dead_letters() {
+    let db = Db::create("notnow_dropped");
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 1000, &[]);
+    config(dir.path(), &db, 250, 50);
+    let child = worker(dir.path(), true);
+    wait_until("first rows written", Duration::from_secs(30), || {
+        db.count("SELECT count(*) FROM pg_tables WHERE tablename = 'records'") == 1
+            && db.count("SELECT count(*) FROM records") > 0
+    });
+    execute(&db.url, "DROP TABLE records");
+    let out = finish(child, Duration::from_secs(60));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("SQLSTATE 42P01"), "{err}");
+    assert_eq!(db.count("SELECT count(*) FROM sluice_dead_letters"), 0);
+}
