@@ -11,12 +11,12 @@ use crate::backpressure::Backpressure;
 use crate::config::{Config, ConfigError, LeasesConfig, Overrides};
 use crate::control::cadence::Cadence;
 use crate::control::clock::TokioClock;
-use crate::control::lease_table::LeaseTable;
+use crate::control::lease_table::{LeaseTable, PoolDefinition, WorkerLimits};
 use crate::decode::Decoder;
 use crate::delivery::Delivery;
 use crate::lease::keeper::LeaseKeeper;
 use crate::lease::postgres::PgLeaseStore;
-use crate::lease::{LeaseError, LeaseStore, member_id};
+use crate::lease::{LeaseError, LeaseStore, check_definition, member_id};
 use crate::pipeline::{Pipeline, RunOptions};
 use crate::produce::ProduceError;
 use crate::progress::Progress;
@@ -59,8 +59,9 @@ enum Command {
     Run(RunArgs),
     /// Validate the configuration and reach the source and the sink, then exit.
     Check(ConfigArgs),
-    /// Show the lease pool: partitions, holders, expiries and members.
-    Leases(ReportArgs),
+    /// Show the lease pool: its definition, partitions, holders, expiries and members; or
+    /// change its definition (`sluice leases resize`).
+    Leases(LeasesArgs),
     /// Show the backlog, the rate this worker may use, and how long the drain will take.
     Plan(ReportArgs),
     /// Emulate a capacity-limited database behind HTTP (429s, latency, outages).
@@ -77,6 +78,36 @@ struct ProduceArgs {
     /// NDJSON input; "-" reads stdin.
     #[arg(value_name = "INPUT", default_value = "-")]
     input: PathBuf,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct LeasesArgs {
+    #[command(flatten)]
+    report: ReportArgs,
+    #[command(subcommand)]
+    action: Option<LeasesAction>,
+}
+
+#[derive(Debug, Subcommand)]
+enum LeasesAction {
+    /// Change the pool's capacity and/or partitions for every worker sharing it. Workers
+    /// give back their leases of the old size at their next round and take new ones once
+    /// no old lease is left, so old and new never add up. Then set the same values in
+    /// every worker's configuration: a worker whose [leases] differ refuses to start.
+    Resize(ResizeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ResizeArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// The pool's new capacity, records per second (default: unchanged).
+    #[arg(long, value_name = "REC_PER_S")]
+    capacity: Option<f64>,
+    /// The number of leases it is cut into (default: unchanged).
+    #[arg(long, value_name = "N")]
+    partitions: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -137,7 +168,11 @@ pub fn main() -> ExitCode {
     let code = match cli.command {
         Command::Run(args) => runtime.block_on(run(args)),
         Command::Check(args) => runtime.block_on(check(args)),
-        Command::Leases(args) => runtime.block_on(leases(args)),
+        Command::Leases(LeasesArgs {
+            action: Some(LeasesAction::Resize(args)),
+            ..
+        }) => runtime.block_on(resize(args)),
+        Command::Leases(args) => runtime.block_on(leases(args.report)),
         Command::Plan(args) => runtime.block_on(plan(args)),
         Command::SimSink(args) => runtime.block_on(crate::sim_sink::run(args)),
         Command::Produce(args) => runtime.block_on(produce(args)),
@@ -181,6 +216,14 @@ async fn run(args: RunArgs) -> u8 {
         say!("sluice: --max-records must be at least 1");
         return EXIT_CONFIG;
     }
+    // Join the pool before anything starts: a worker whose definition differs must not.
+    let pool = match &config.leases {
+        Some(l) if !l.by_assignment() => match join_pool(l).await {
+            Ok(joined) => Some(joined),
+            Err(code) => return code,
+        },
+        _ => None,
+    };
     let source = match source::open(&config, !args.until_empty).await {
         Ok(s) => s,
         Err(e) => {
@@ -238,21 +281,24 @@ async fn run(args: RunArgs) -> u8 {
                 .as_ref()
                 .filter(|l| l.by_assignment())
                 .map(|l| (l.capacity, l.reserved)),
+            rate_ceiling: config.rate_ceiling(),
         },
     );
     let (keeper_stop, keeper_shutdown) = shutdown::channel();
-    let keeper = match &config.leases {
-        None => None,
-        Some(l) if l.by_assignment() => None,
-        Some(l) => {
-            match lease_keeper(l, config.rate.tick, pipeline.target_rate(), stats.clone()).await {
-                Ok(k) => Some(k.spawn(keeper_shutdown)),
-                Err(e) => {
-                    say!("sluice: {e}");
-                    return EXIT_RUNTIME;
-                }
-            }
+    let keeper = match (&config.leases, pool) {
+        (Some(l), Some((store, definition))) => {
+            let keeper = lease_keeper(
+                l,
+                store,
+                definition,
+                config.rate_ceiling(),
+                config.rate.tick,
+                pipeline.target_rate(),
+                stats.clone(),
+            );
+            Some(keeper.spawn(keeper_shutdown))
         }
+        _ => None,
     };
     let telemetry = match config.telemetry.listen {
         None => None,
@@ -304,26 +350,148 @@ async fn lease_store(l: &LeasesConfig) -> Result<Arc<dyn LeaseStore>, LeaseError
         ));
     }
     Ok(Arc::new(
-        PgLeaseStore::connect(&l.store, &l.pool, l.partitions, l.ttl).await?,
+        PgLeaseStore::connect(&l.store, &l.pool, l.ttl).await?,
     ))
 }
 
-async fn lease_keeper(
+/// Connects to the lease store and checks this worker's [leases] against the pool's stored
+/// definition (storing it if the pool has none): exit 2 if they differ.
+async fn join_pool(l: &LeasesConfig) -> Result<(Arc<dyn LeaseStore>, PoolDefinition), u8> {
+    let store = lease_store(l).await.map_err(|e| {
+        say!("sluice: {e}");
+        EXIT_RUNTIME
+    })?;
+    let definition = store.define(l.capacity, l.partitions).await.map_err(|e| {
+        say!("sluice: {e}");
+        EXIT_RUNTIME
+    })?;
+    check_definition(&l.pool, l.capacity, l.partitions, &definition).map_err(|e| {
+        say!("sluice: bad configuration: {e}");
+        EXIT_CONFIG
+    })?;
+    Ok((store, definition))
+}
+
+fn lease_keeper(
     l: &LeasesConfig,
+    store: Arc<dyn LeaseStore>,
+    definition: PoolDefinition,
+    ceiling: Option<f64>,
     tick: std::time::Duration,
     rate: crate::control::target_rate::TargetRate,
     stats: Arc<Stats>,
-) -> Result<LeaseKeeper, LeaseError> {
-    let store = lease_store(l).await?;
-    let table = LeaseTable::new(l.capacity, l.partitions, l.reserved, l.ttl, l.idle_grace);
+) -> LeaseKeeper {
+    let table = LeaseTable::new(
+        definition,
+        WorkerLimits {
+            reserved: l.reserved,
+            ceiling,
+            ttl: l.ttl,
+            idle_grace: l.idle_grace,
+        },
+    );
     // A round at least twice per safety margin, minus a tick for the rate to apply.
     let interval =
         std::time::Duration::from_millis(500).min((l.ttl / 20).saturating_sub(tick).max(tick));
     let member = member_id();
-    tracing::info!(pool = %l.pool, %member, "sharing {} rec/s in {} leases", l.capacity, l.partitions);
-    Ok(LeaseKeeper::new(
-        store, table, member, rate, stats, interval,
-    ))
+    tracing::info!(
+        pool = %l.pool,
+        %member,
+        generation = definition.generation,
+        "sharing {} rec/s in {} leases{}",
+        definition.capacity,
+        definition.partitions,
+        ceiling.map_or(String::new(), |c| format!(", using at most {c} rec/s (rate.records_per_second)"))
+    );
+    LeaseKeeper::new(store, table, member, rate, stats, interval)
+}
+
+/// `sluice leases resize`: a new definition (and generation) for the pool.
+async fn resize(args: ResizeArgs) -> u8 {
+    let config = match load(&args.config.config, &Overrides::default()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let Some(l) = &config.leases else {
+        say!(
+            "sluice: {} has no [leases] section",
+            args.config.config.display()
+        );
+        return EXIT_CONFIG;
+    };
+    if l.by_assignment() {
+        say!(
+            "sluice: store = \"kafka\" keeps no pool definition to resize: set leases.capacity in every worker's configuration and restart them (each topic partition is read by one worker, so during the restart the sink sees at most the larger of the old and new capacity)"
+        );
+        return EXIT_CONFIG;
+    }
+    if args.capacity.is_none() && args.partitions.is_none() {
+        say!("sluice: leases resize needs --capacity and/or --partitions");
+        return EXIT_CONFIG;
+    }
+    if let Some(c) = args.capacity
+        && !(c.is_finite() && c > 0.0)
+    {
+        say!("sluice: --capacity must be a positive number, got {c}");
+        return EXIT_CONFIG;
+    }
+    if args.partitions == Some(0) {
+        say!("sluice: --partitions must be at least 1");
+        return EXIT_CONFIG;
+    }
+    let store = match lease_store(l).await {
+        Ok(s) => s,
+        Err(e) => {
+            say!("sluice: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let old = match store.definition().await {
+        Ok(d) => d,
+        Err(e) => {
+            say!("sluice: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let base = old.unwrap_or(PoolDefinition {
+        capacity: l.capacity,
+        partitions: l.partitions,
+        generation: 0,
+    });
+    let capacity = args.capacity.unwrap_or(base.capacity);
+    let partitions = args.partitions.unwrap_or(base.partitions);
+    if old.is_some_and(|d| d.capacity == capacity && d.partitions == partitions) {
+        say!(
+            "sluice: pool {:?} is already {capacity} rec/s in {partitions} leases; nothing changed",
+            l.pool
+        );
+        return 0;
+    }
+    match store.resize(capacity, partitions).await {
+        Ok(new) => {
+            say!(
+                "sluice: pool {:?}: {} rec/s in {} leases -> {} rec/s in {} leases (generation {}). \
+                 Running workers give back their old leases at their next round; new ones are \
+                 granted once no old lease is left (within the ttl, {:?}). Set leases.capacity = {} \
+                 and leases.partitions = {} in every worker's configuration: a worker started \
+                 with other values refuses to.",
+                l.pool,
+                base.capacity,
+                base.partitions,
+                new.capacity,
+                new.partitions,
+                new.generation,
+                l.ttl,
+                new.capacity,
+                new.partitions
+            );
+            0
+        }
+        Err(e) => {
+            say!("sluice: {e}");
+            EXIT_RUNTIME
+        }
+    }
 }
 
 async fn leases(args: ReportArgs) -> u8 {
@@ -345,28 +513,46 @@ async fn leases(args: ReportArgs) -> u8 {
             return EXIT_RUNTIME;
         }
     };
-    let (leases, members) = match (store.leases().await, store.members().await) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => {
+    let (leases, members, stored) = match (
+        store.leases().await,
+        store.members().await,
+        store.definition().await,
+    ) {
+        (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
             say!("sluice: {e}");
             return EXIT_RUNTIME;
         }
     };
+    // The store's definition is the pool's; the file's only until a worker stored it.
+    let (capacity, partitions, generation) = match stored {
+        Some(d) => (d.capacity, d.partitions, Some(d.generation)),
+        None => (l.capacity, l.partitions, None),
+    };
     if args.json {
         let doc = serde_json::json!({
-            "pool": l.pool, "capacity": l.capacity, "partitions": l.partitions,
-            "leases": leases, "members": members,
+            "pool": l.pool, "capacity": capacity, "partitions": partitions,
+            "generation": generation, "leases": leases, "members": members,
         });
         println!("{doc}");
         return 0;
     }
-    let per = l.capacity / f64::from(l.partitions);
+    let per = capacity / f64::from(partitions);
     println!(
-        "pool {}: {} rec/s in {} partitions of {per:.1} rec/s",
-        l.pool, l.capacity, l.partitions
+        "pool {}: {} rec/s in {} partitions of {per:.1} rec/s ({})",
+        l.pool,
+        capacity,
+        partitions,
+        generation.map_or("not yet stored".to_string(), |g| format!("generation {g}"))
     );
+    if stored.is_some_and(|d| check_definition(&l.pool, l.capacity, l.partitions, &d).is_err()) {
+        say!(
+            "sluice: {} differs from the stored definition: workers started with it refuse to start",
+            args.config.config.display()
+        );
+    }
     println!("{:>9}  {:<40} {:>12}", "partition", "holder", "expires in");
-    for p in 0..l.partitions {
+    for p in 0..partitions {
         match leases
             .iter()
             .find(|r| r.partition == p && r.expires_in_s > 0.0)

@@ -49,6 +49,9 @@ pub struct Config {
     pub leases: Option<LeasesConfig>,
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// Whether `rate.records_per_second` was set rather than defaulted.
+    #[serde(skip)]
+    rate_set: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -82,10 +85,58 @@ pub struct LeasesConfig {
     pub idle_grace: Duration,
 }
 
+impl Config {
+    /// The worker's own ceiling on a leased or shared rate: `rate.records_per_second` when it
+    /// was set. Without `[leases]` that rate is simply the worker's rate.
+    pub fn rate_ceiling(&self) -> Option<f64> {
+        self.rate_set.then_some(self.rate.records_per_second)
+    }
+}
+
 impl LeasesConfig {
     /// The capacity is divided by the Kafka group's assignment, not by leases in a store.
     pub fn by_assignment(&self) -> bool {
         self.store == "kafka"
+    }
+
+    fn validate(&self, source: SourceKind) -> Result<(), ConfigError> {
+        if !(self.capacity.is_finite() && self.capacity > 0.0) {
+            return Err(ConfigError::invalid(
+                "leases.capacity",
+                format!("must be a positive number, got {}", self.capacity),
+            ));
+        }
+        if !(self.reserved.is_finite() && self.reserved >= 0.0) {
+            return Err(ConfigError::invalid(
+                "leases.reserved",
+                format!("must be zero or more, got {}", self.reserved),
+            ));
+        }
+        if self.by_assignment() {
+            if source != SourceKind::Kafka {
+                return Err(ConfigError::invalid(
+                    "leases.store",
+                    "\"kafka\" divides the capacity by a Kafka group's assignment: it needs kind = \"kafka\" in [source]",
+                ));
+            }
+            return Ok(());
+        }
+        if !(self.store.starts_with("postgres://") || self.store.starts_with("postgresql://")) {
+            return Err(ConfigError::invalid(
+                "leases.store",
+                "must be a postgres:// URL or \"kafka\"",
+            ));
+        }
+        if self.partitions == 0 {
+            return Err(ConfigError::invalid(
+                "leases.partitions",
+                "must be at least 1 with a lease store",
+            ));
+        }
+        if self.ttl < Duration::from_secs(1) {
+            return Err(ConfigError::invalid("leases.ttl", "must be at least 1s"));
+        }
+        Ok(())
     }
 }
 
@@ -298,7 +349,8 @@ fn default_sink_timeout() -> Duration {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateConfig {
-    /// This worker's ceiling, records per second.
+    /// This worker's ceiling, records per second. With `[leases]` it caps what the leases
+    /// give only when it was set (file, environment or `--rate`), not by its default.
     pub records_per_second: f64,
     /// Granularity of the cadence: up to `records_per_second × tick` per tick.
     #[serde(with = "humantime_serde")]
@@ -568,7 +620,8 @@ impl Config {
         if let Some(url) = &overrides.sink_url {
             figment = figment.merge(Serialized::default("sink.url", url));
         }
-        let config: Config = figment.extract().map_err(describe_figment_error)?;
+        let mut config: Config = figment.extract().map_err(describe_figment_error)?;
+        config.rate_set = figment.find_value("rate.records_per_second").is_ok();
         config.validate()?;
         Ok(config)
     }
@@ -713,6 +766,9 @@ impl Config {
         }
         self.validate_retry_budget()?;
         self.validate_throttle()?;
+        if let Some(leases) = &self.leases {
+            leases.validate(self.source.kind)?;
+        }
         Ok(())
     }
 
@@ -1033,6 +1089,52 @@ mod tests {
         assert_eq!(
             Config::load(&path, &over).unwrap().rate.records_per_second,
             50.0
+        );
+    }
+
+    #[test]
+    fn bad_lease_settings_name_their_key() {
+        let store = "[leases]\nstore = \"postgres://u@h/db\"\n";
+        let e = error_of(&format!("{store}capacity = 600\n"));
+        assert!(e.contains("leases.partitions"), "{e}");
+        let e = error_of(&format!("{store}capacity = 0\npartitions = 6\n"));
+        assert!(e.contains("leases.capacity"), "{e}");
+        let e = error_of(&format!(
+            "{store}capacity = 6\npartitions = 6\nreserved = -1\n"
+        ));
+        assert!(e.contains("leases.reserved"), "{e}");
+        let e = error_of(&format!(
+            "{store}capacity = 6\npartitions = 6\nttl = \"10ms\"\n"
+        ));
+        assert!(e.contains("leases.ttl"), "{e}");
+        let e = error_of("[leases]\nstore = \"kafka\"\ncapacity = 600\n");
+        assert!(e.contains("leases.store"), "{e}");
+        let e = error_of("[leases]\nstore = \"redis://h\"\ncapacity = 600\npartitions = 6\n");
+        assert!(e.contains("leases.store"), "{e}");
+    }
+
+    #[test]
+    fn the_rate_is_a_ceiling_only_where_it_was_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let leases = "[leases]\nstore = \"postgres://u@h/db\"\ncapacity = 600\npartitions = 6\n";
+        let path = base(dir.path(), leases);
+        let none = Overrides::default();
+        assert_eq!(Config::load(&path, &none).unwrap().rate_ceiling(), None);
+        let flag = Overrides {
+            records_per_second: Some(50.0),
+            ..Default::default()
+        };
+        assert_eq!(
+            Config::load(&path, &flag).unwrap().rate_ceiling(),
+            Some(50.0)
+        );
+        let path = base(
+            dir.path(),
+            &format!("[rate]\nrecords_per_second = 70\n{leases}"),
+        );
+        assert_eq!(
+            Config::load(&path, &none).unwrap().rate_ceiling(),
+            Some(70.0)
         );
     }
 }

@@ -45,6 +45,9 @@ pub struct RunOptions {
     /// `(capacity, reserved)` when the rate is the source's share of a capacity (Kafka:
     /// assigned / topic partitions), re-read every tick so a rebalance re-divides it.
     pub capacity_by_share: Option<(f64, f64)>,
+    /// The worker's own ceiling on a leased or shared rate (`rate.records_per_second` when
+    /// set): what the leases or the share give beyond it goes unused.
+    pub rate_ceiling: Option<f64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -192,7 +195,9 @@ impl Pipeline {
                     self.target_rate
                         .set(if share == 0.0 { rate.max(1.0) } else { rate });
                 }
-                self.pressure.set_ceiling(self.target_rate.get());
+                let target = self.target_rate.get();
+                self.pressure
+                    .set_ceiling(self.options.rate_ceiling.map_or(target, |c| target.min(c)));
                 self.cadence.set_rate(self.pressure.rate());
                 self.stats.rate_limit.set(self.cadence.rate());
                 if self.cadence.quantum() != quantum

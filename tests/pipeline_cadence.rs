@@ -128,6 +128,7 @@ fn pipeline(
             max_in_flight,
             grace: Duration::from_secs(30),
             capacity_by_share: None,
+            rate_ceiling: None,
         },
     );
     (p, sink, acked)

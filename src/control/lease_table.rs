@@ -1,24 +1,61 @@
 //! The capacity leases one worker holds, and what it should do next. A sink's capacity is
 //! cut into equal partitions; a worker's rate is what it holds × the partition's rate +
-//! a small reserved rate. Deadlines are local and conservative: a lease counts only until
-//! the moment its grant/renewal was *requested* + ttl − a safety margin, so a worker stops
+//! a small reserved rate, never above the worker's own ceiling (`rate.records_per_second`
+//! when it is set). Deadlines are local and conservative: a lease counts only until the
+//! moment its grant/renewal was *requested* + ttl − a safety margin, so a worker stops
 //! using a lease before the store could have handed it to someone else, whatever the
 //! clocks of the workers say.
+//!
+//! Leases belong to a generation of the pool's definition (capacity, partitions). When the
+//! definition changes (`sluice leases resize`), the worker drops every lease of the old
+//! generation before it asks for new ones, and the store grants no new-generation lease
+//! while an old one is unexpired: old and new leases never add up.
+//!
+//! A worker keeps only what it uses: the busiest second over a usage window (long enough
+//! to see its bursts) says how many leases it needs; leases beyond that, held for a whole
+//! window, are given back, and it does not ask again for a window unless it has nothing.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::control::peak_usage::PeakUsage;
+
+/// The rate counts as fully used above this share of it.
+const FULLY_USED: f64 = 0.8;
+
+/// A lease used for less than this share of its rate at the peak counts as unused.
+const SLACK: f64 = 0.1;
+
+/// What every worker sharing a pool must agree on; kept in the lease store.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoolDefinition {
+    /// Records per second the sink takes in total.
+    pub capacity: f64,
+    /// Equal leases the capacity is cut into.
+    pub partitions: u32,
+    /// Bumped by every change; a lease belongs to the generation it was granted under.
+    pub generation: u32,
+}
+
+impl PoolDefinition {
+    pub fn partition_rate(&self) -> f64 {
+        self.capacity / f64::from(self.partitions)
+    }
+}
+
 /// The pool as the store sees it, from this worker's point of view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PoolView {
     /// Members that heartbeated within the ttl, this worker included.
     pub active_members: u32,
     /// Whether some other member wants more and holds less than the fair share.
     pub other_waiting: bool,
-    /// Partitions nobody holds (or whose lease expired) right now.
+    /// Partitions that can be granted right now (none while old-generation leases live).
     pub free: u32,
+    /// The pool's definition now.
+    pub definition: PoolDefinition,
 }
 
 /// What the worker should ask the store for now.
@@ -29,46 +66,65 @@ pub struct LeasePlan {
     pub release: Vec<u32>,
 }
 
+/// This worker's settings, which other workers need not share.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerLimits {
+    /// Records per second usable without a lease.
+    pub reserved: f64,
+    /// The worker's own ceiling, if it has one.
+    pub ceiling: Option<f64>,
+    pub ttl: Duration,
+    /// Everything is given back after this long without a backlog.
+    pub idle_grace: Duration,
+}
+
 #[derive(Debug, Clone)]
 pub struct LeaseTable {
-    partitions: u32,
-    partition_rate: f64,
-    reserved: f64,
-    ttl: Duration,
+    definition: PoolDefinition,
+    limits: WorkerLimits,
     margin: Duration,
-    idle_grace: Duration,
     /// partition → local deadline.
     held: BTreeMap<u32, Instant>,
     /// partition → when its last renewal was requested.
     requested: BTreeMap<u32, Instant>,
     idle_since: Option<Instant>,
+    usage: PeakUsage,
+    wants_more: bool,
+    /// When a partition was last newly granted.
+    last_grant: Option<Instant>,
+    /// When leases were last given back for want of use.
+    gave_back_at: Option<Instant>,
 }
 
 impl LeaseTable {
-    pub fn new(
-        capacity: f64,
-        partitions: u32,
-        reserved: f64,
-        ttl: Duration,
-        idle_grace: Duration,
-    ) -> Self {
-        assert!(partitions > 0);
+    pub fn new(definition: PoolDefinition, limits: WorkerLimits) -> Self {
+        assert!(definition.partitions > 0);
+        let ttl = limits.ttl;
         LeaseTable {
-            partitions,
-            partition_rate: capacity / f64::from(partitions),
-            reserved,
-            ttl,
+            definition,
+            limits,
             // Enough to cover a slow round trip to the store, never more than a third of the ttl.
             margin: (ttl / 10).clamp(Duration::from_millis(200), ttl / 3),
-            idle_grace,
             held: BTreeMap::new(),
             requested: BTreeMap::new(),
             idle_since: None,
+            // Long enough to see bursts spaced up to a ttl (or the idle grace) apart.
+            usage: PeakUsage::new(
+                ttl.max(limits.idle_grace)
+                    .max(crate::control::peak_usage::SPAN),
+            ),
+            wants_more: false,
+            last_grant: None,
+            gave_back_at: None,
         }
     }
 
+    pub fn definition(&self) -> PoolDefinition {
+        self.definition
+    }
+
     pub fn partitions(&self) -> u32 {
-        self.partitions
+        self.definition.partitions
     }
 
     /// Partitions usable at `now`.
@@ -80,20 +136,42 @@ impl LeaseTable {
             .collect()
     }
 
-    /// This worker's rate at `now`: only leases before their local deadline count.
+    /// This worker's rate at `now`: only leases before their local deadline count, and
+    /// never more than its ceiling.
     pub fn rate(&self, now: Instant) -> f64 {
-        self.held(now).len() as f64 * self.partition_rate + self.reserved
+        let leased =
+            self.held(now).len() as f64 * self.definition.partition_rate() + self.limits.reserved;
+        match self.limits.ceiling {
+            Some(c) => leased.min(c),
+            None => leased,
+        }
+    }
+
+    /// The most leases this worker can use: beyond its ceiling a lease adds nothing.
+    pub fn useful(&self) -> u32 {
+        match self.limits.ceiling {
+            None => self.definition.partitions,
+            Some(c) => {
+                let needed =
+                    ((c - self.limits.reserved).max(0.0) / self.definition.partition_rate()).ceil();
+                (needed as u32).min(self.definition.partitions)
+            }
+        }
     }
 
     /// The store granted (or renewed) `partition` for a request sent at `sent_at`.
     pub fn granted(&mut self, partition: u32, sent_at: Instant) {
+        if !self.held.contains_key(&partition) {
+            self.last_grant = Some(sent_at);
+        }
         self.held
-            .insert(partition, sent_at + self.ttl - self.margin);
+            .insert(partition, sent_at + self.limits.ttl - self.margin);
         self.requested.insert(partition, sent_at);
     }
 
     /// The store answered a renewal of `asked`, sent at `sent_at`, with `kept`; the rest
-    /// were taken from us (they lapsed and someone else holds them).
+    /// were taken from us (they lapsed and someone else holds them, or their generation
+    /// is over).
     pub fn renewed(&mut self, asked: &[u32], kept: &[u32], sent_at: Instant) {
         for p in asked {
             if kept.contains(p) {
@@ -125,12 +203,71 @@ impl LeaseTable {
 
     /// Fair share: ⌈partitions / active members⌉.
     pub fn fair_share(&self, active_members: u32) -> u32 {
-        self.partitions.div_ceil(active_members.max(1))
+        self.definition.partitions.div_ceil(active_members.max(1))
     }
 
-    /// Decides the next requests. `wants_more`: the source has a backlog and the current
-    /// rate is fully used.
-    pub fn plan(&mut self, now: Instant, wants_more: bool, pool: PoolView) -> LeasePlan {
+    /// Takes in what the worker did since the last round: `pulled` is the running count of
+    /// records pulled, `backlog` whether the source has more. Returns whether it wants more
+    /// leases (to tell the store before [`LeaseTable::plan`]).
+    pub fn observe(&mut self, now: Instant, pulled: u64, backlog: bool) -> bool {
+        let recent = self.recent_rate(now, pulled);
+        self.usage.record(now, pulled);
+        let current = self.rate(now);
+        let count = self.held(now).len() as u32;
+        self.wants_more = backlog
+            && count < self.useful()
+            && (current == 0.0 || recent.is_none_or(|r| r >= FULLY_USED * current));
+        if backlog {
+            self.idle_since = None;
+        } else if self.idle_since.is_none() {
+            self.idle_since = Some(now);
+        }
+        self.wants_more
+    }
+
+    /// The rate since the previous sample; none in the first round (which then counts as
+    /// fully used, so a worker with a backlog starts asking at once).
+    fn recent_rate(&self, now: Instant, pulled: u64) -> Option<f64> {
+        self.usage.last().map(|(t, n)| {
+            pulled.saturating_sub(n) as f64 / now.duration_since(t).as_secs_f64().max(1e-3)
+        })
+    }
+
+    /// Leases the busiest second of the usage window needed; `None` while the window is
+    /// not yet covered or a lease was granted within it (it has not had a chance to show
+    /// its use).
+    fn needed(&self, now: Instant) -> Option<u32> {
+        let window = self.usage.window();
+        if !self.usage.covers(now)
+            || self
+                .last_grant
+                .is_some_and(|t| now.duration_since(t) < window)
+        {
+            return None;
+        }
+        let peak = self.usage.peak()?;
+        let leases = (peak - self.limits.reserved).max(0.0) / self.definition.partition_rate();
+        Some((leases - SLACK).ceil().max(0.0) as u32)
+    }
+
+    /// Decides the next requests, from what [`LeaseTable::observe`] saw and the pool.
+    pub fn plan(&mut self, now: Instant, pool: PoolView) -> LeasePlan {
+        if pool.definition.generation != self.definition.generation {
+            // A new definition: stop using every old lease before asking under the new one.
+            let release: Vec<u32> = self.held.keys().copied().collect();
+            for p in &release {
+                self.forget(*p);
+            }
+            self.definition = pool.definition;
+            self.usage.reset();
+            self.last_grant = None;
+            self.gave_back_at = None;
+            return LeasePlan {
+                acquire: false,
+                renew: Vec::new(),
+                release,
+            };
+        }
         self.expire(now);
         let held = self.held(now);
         let renew = held
@@ -139,34 +276,43 @@ impl LeaseTable {
             .filter(|p| {
                 self.requested
                     .get(p)
-                    .is_none_or(|t| now.duration_since(*t) >= self.ttl / 3)
+                    .is_none_or(|t| now.duration_since(*t) >= self.limits.ttl / 3)
             })
             .collect();
-        if wants_more {
-            self.idle_since = None;
-        } else if self.idle_since.is_none() {
-            self.idle_since = Some(now);
-        }
         let idle = self
             .idle_since
-            .is_some_and(|t| now.duration_since(t) >= self.idle_grace);
+            .is_some_and(|t| now.duration_since(t) >= self.limits.idle_grace);
         let share = self.fair_share(pool.active_members);
         let count = held.len() as u32;
-        let release: Vec<u32> = if idle {
-            held.clone()
-        } else if pool.other_waiting && count > share {
-            held.iter()
-                .rev()
-                .take((count - share) as usize)
-                .copied()
-                .collect()
+        let keep = if idle {
+            0
         } else {
-            Vec::new()
+            let mut keep = count.min(self.useful());
+            if pool.other_waiting {
+                keep = keep.min(share);
+            }
+            if let Some(needed) = self.needed(now)
+                && needed < keep
+            {
+                keep = needed;
+                self.gave_back_at = Some(now);
+            }
+            keep
         };
-        let acquire = wants_more
+        let release: Vec<u32> = held
+            .iter()
+            .rev()
+            .take((count - keep) as usize)
+            .copied()
+            .collect();
+        let cooling = self
+            .gave_back_at
+            .is_some_and(|t| now.duration_since(t) < self.usage.window() && self.rate(now) > 0.0);
+        let acquire = self.wants_more
             && release.is_empty()
+            && !cooling
             && pool.free > 0
-            && count < self.partitions
+            && count < self.definition.partitions
             && (count < share || !pool.other_waiting);
         LeasePlan {
             acquire,
@@ -186,8 +332,25 @@ mod tests {
 
     const TTL: Duration = Duration::from_secs(15);
 
+    fn definition(capacity: f64, partitions: u32, generation: u32) -> PoolDefinition {
+        PoolDefinition {
+            capacity,
+            partitions,
+            generation,
+        }
+    }
+
+    fn limits(ttl: Duration, ceiling: Option<f64>) -> WorkerLimits {
+        WorkerLimits {
+            reserved: 10.0,
+            ceiling,
+            ttl,
+            idle_grace: Duration::from_secs(5),
+        }
+    }
+
     fn table() -> LeaseTable {
-        LeaseTable::new(800.0, 8, 10.0, TTL, Duration::from_secs(5))
+        LeaseTable::new(definition(800.0, 8, 1), limits(TTL, None))
     }
 
     fn pool(active: u32, other_waiting: bool, free: u32) -> PoolView {
@@ -195,7 +358,12 @@ mod tests {
             active_members: active,
             other_waiting,
             free,
+            definition: definition(800.0, 8, 1),
         }
+    }
+
+    fn s(n: f64) -> Duration {
+        Duration::from_secs_f64(n)
     }
 
     #[test]
@@ -228,12 +396,12 @@ mod tests {
         let mut t = table();
         t.granted(2, t0);
         assert!(
-            t.plan(t0 + Duration::from_secs(4), true, pool(1, false, 0))
+            t.plan(t0 + Duration::from_secs(4), pool(1, false, 0))
                 .renew
                 .is_empty()
         );
         let at = t0 + Duration::from_secs(5);
-        let plan = t.plan(at, true, pool(1, false, 0));
+        let plan = t.plan(at, pool(1, false, 0));
         assert_eq!(plan.renew, vec![2]);
         t.renewed(&[2], &[2], at);
         assert_eq!(
@@ -257,16 +425,24 @@ mod tests {
     fn acquires_while_it_has_demand_up_to_the_fair_share_when_others_wait() {
         let t0 = Instant::now();
         let mut t = table();
-        assert!(t.plan(t0, true, pool(3, true, 8)).acquire);
+        assert!(t.observe(t0, 0, true), "nothing held: it wants some");
+        assert!(t.plan(t0, pool(3, true, 8)).acquire);
         for p in 0..3 {
             t.granted(p, t0);
         }
+        // 310 rec/s fully used.
+        assert!(t.observe(t0 + s(1.0), 310, true));
         // ⌈8/3⌉ = 3: another member waits, so no more.
-        assert!(!t.plan(t0, true, pool(3, true, 5)).acquire);
+        assert!(!t.plan(t0 + s(1.0), pool(3, true, 5)).acquire);
         // Nobody else wants more: take what is free.
-        assert!(t.plan(t0, true, pool(3, false, 5)).acquire);
+        assert!(t.plan(t0 + s(1.0), pool(3, false, 5)).acquire);
         // Nothing free: nothing to ask for.
-        assert!(!t.plan(t0, true, pool(3, false, 0)).acquire);
+        assert!(!t.plan(t0 + s(1.0), pool(3, false, 0)).acquire);
+        // Not fully used: no more.
+        assert!(!t.observe(t0 + s(2.0), 310 + 200, true));
+        assert!(!t.plan(t0 + s(2.0), pool(3, false, 5)).acquire);
+        // No backlog: no more.
+        assert!(!t.observe(t0 + s(3.0), 510 + 310, false));
     }
 
     #[test]
@@ -276,7 +452,8 @@ mod tests {
         for p in 0..8 {
             t.granted(p, t0);
         }
-        let plan = t.plan(t0, true, pool(2, true, 0));
+        t.observe(t0, 0, true);
+        let plan = t.plan(t0, pool(2, true, 0));
         assert_eq!(plan.release.len(), 4, "⌈8/2⌉ = 4 stay");
         assert!(!plan.acquire);
         assert!(plan.renew.iter().all(|p| !plan.release.contains(p)));
@@ -288,21 +465,18 @@ mod tests {
         let mut t = table();
         t.granted(0, t0);
         t.granted(1, t0);
-        assert!(t.plan(t0, false, pool(1, false, 6)).release.is_empty());
-        assert!(
-            t.plan(t0 + Duration::from_secs(4), false, pool(1, false, 6))
-                .release
-                .is_empty()
-        );
-        let plan = t.plan(t0 + Duration::from_secs(5), false, pool(1, false, 6));
-        assert_eq!(plan.release, vec![0, 1]);
+        t.observe(t0, 0, false);
+        assert!(t.plan(t0, pool(1, false, 6)).release.is_empty());
+        t.observe(t0 + s(4.0), 0, false);
+        assert!(t.plan(t0 + s(4.0), pool(1, false, 6)).release.is_empty());
+        t.observe(t0 + s(5.0), 0, false);
+        let plan = t.plan(t0 + s(5.0), pool(1, false, 6));
+        assert_eq!(plan.release, vec![1, 0]);
         assert!(!plan.acquire);
-        // Demand again: the idle clock restarts.
-        assert!(
-            t.plan(t0 + Duration::from_secs(6), true, pool(1, false, 6))
-                .release
-                .is_empty()
-        );
+        // A backlog again: the idle clock restarts.
+        t.granted(0, t0 + s(6.0));
+        t.observe(t0 + s(6.0), 0, true);
+        assert!(t.plan(t0 + s(6.0), pool(1, false, 6)).release.is_empty());
     }
 
     #[test]
@@ -312,5 +486,196 @@ mod tests {
         assert_eq!(t.fair_share(1), 8);
         assert_eq!(t.fair_share(0), 8);
         assert_eq!(t.fair_share(9), 1);
+    }
+
+    #[test]
+    fn a_new_generation_drops_every_old_lease_before_asking_again() {
+        let t0 = Instant::now();
+        // 300 rec/s in 3 leases of 100; resized to 600 in 6 leases of 100.
+        let mut t = LeaseTable::new(definition(300.0, 3, 1), limits(TTL, None));
+        for p in 0..3 {
+            t.granted(p, t0);
+        }
+        t.observe(t0, 0, true);
+        let new = definition(600.0, 6, 2);
+        let view = PoolView {
+            active_members: 1,
+            other_waiting: false,
+            free: 6,
+            definition: new,
+        };
+        let plan = t.plan(t0, view);
+        assert_eq!(plan.release, vec![0, 1, 2]);
+        assert!(
+            !plan.acquire,
+            "not in the round that gives the old ones back"
+        );
+        assert!(plan.renew.is_empty());
+        assert_eq!(t.rate(t0), 10.0, "nothing old is used any more");
+        assert_eq!(t.definition(), new);
+        t.observe(t0 + s(0.5), 0, true);
+        assert!(t.plan(t0 + s(0.5), view).acquire);
+        t.granted(5, t0 + s(0.5));
+        assert_eq!(t.rate(t0 + s(0.5)), 110.0);
+        // A shrink: 200 rec/s in 4 leases of 50.
+        let shrunk = PoolView {
+            definition: definition(200.0, 4, 3),
+            ..view
+        };
+        assert_eq!(t.plan(t0 + s(1.0), shrunk).release, vec![5]);
+        t.granted(1, t0 + s(1.5));
+        assert_eq!(t.rate(t0 + s(1.5)), 60.0);
+    }
+
+    #[test]
+    fn the_workers_own_rate_caps_what_its_leases_give() {
+        let t0 = Instant::now();
+        // Leases of 100 rec/s, 10 reserved, a ceiling of 150: two leases are all it can use.
+        let mut t = LeaseTable::new(definition(800.0, 8, 1), limits(TTL, Some(150.0)));
+        assert_eq!(t.useful(), 2);
+        assert_eq!(t.rate(t0), 10.0);
+        t.granted(0, t0);
+        assert_eq!(t.rate(t0), 110.0);
+        assert!(t.observe(t0 + s(1.0), 110, true));
+        assert!(t.plan(t0 + s(1.0), pool(1, false, 7)).acquire);
+        t.granted(1, t0 + s(1.0));
+        assert_eq!(t.rate(t0 + s(1.0)), 150.0, "210 capped at 150");
+        // Fully used at its ceiling, it still wants nothing more.
+        assert!(!t.observe(t0 + s(2.0), 260, true));
+        assert!(!t.plan(t0 + s(2.0), pool(1, false, 6)).acquire);
+        // A ceiling below the reserved rate needs no lease at all.
+        let t = LeaseTable::new(definition(800.0, 8, 1), limits(TTL, Some(5.0)));
+        assert_eq!(t.useful(), 0);
+        assert_eq!(t.rate(t0), 5.0);
+    }
+
+    /// One keeper round every 0.5 s: the pipeline pulled at `used(t)` rec/s (capped by the
+    /// table's rate), the store renews everything and grants while something is free.
+    fn simulate(
+        t: &mut LeaseTable,
+        t0: Instant,
+        from: f64,
+        to: f64,
+        pulled: &mut f64,
+        used: impl Fn(f64) -> f64,
+        pool_of: impl Fn(u32) -> PoolView,
+    ) -> Vec<(f64, usize)> {
+        let mut held = Vec::new();
+        let mut at = from;
+        while at <= to {
+            let now = t0 + s(at);
+            *pulled += used(at).min(t.rate(now)) * 0.5;
+            t.observe(now, *pulled as u64, true);
+            let count = t.held(now).len() as u32;
+            let plan = t.plan(now, pool_of(count));
+            for p in &plan.release {
+                t.forget(*p);
+            }
+            t.renewed(&plan.renew, &plan.renew, now);
+            if plan.acquire {
+                let free = (0..8).find(|p| !t.held(now).contains(p)).unwrap();
+                t.granted(free, now);
+            }
+            held.push((at, t.held(now).len()));
+            at += 0.5;
+        }
+        held
+    }
+
+    #[test]
+    fn a_worker_that_cannot_use_its_leases_gives_them_back_within_two_ttl() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(4);
+        let mut t = LeaseTable::new(
+            definition(800.0, 8, 1),
+            WorkerLimits {
+                reserved: 0.0,
+                ..limits(ttl, None)
+            },
+        );
+        let mut pulled = 0.0;
+        let alone = |held: u32| PoolView {
+            active_members: 1,
+            other_waiting: false,
+            free: 8 - held,
+            definition: definition(800.0, 8, 1),
+        };
+        // A fast sink: it takes all 8 and uses them.
+        let held = simulate(&mut t, t0, 0.0, 10.0, &mut pulled, |_| 1000.0, alone);
+        assert_eq!(held.last().unwrap().1, 8, "{held:?}");
+        // The sink slows to 150 rec/s at 10 s.
+        let held = simulate(&mut t, t0, 10.5, 30.0, &mut pulled, |_| 150.0, alone);
+        let down = held.iter().find(|(_, n)| *n == 2).expect("gave back to 2");
+        assert!(
+            down.0 <= 10.0 + 2.0 * 4.0,
+            "gave back within two ttl: {held:?}"
+        );
+        assert!(
+            held.iter()
+                .filter(|(at, _)| *at > down.0)
+                .all(|(_, n)| *n <= 3),
+            "it does not take them back: {held:?}"
+        );
+    }
+
+    #[test]
+    fn a_burst_within_the_window_keeps_the_leases_it_needs() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(4);
+        let mut t = LeaseTable::new(
+            definition(800.0, 8, 1),
+            WorkerLimits {
+                reserved: 0.0,
+                ..limits(ttl, None)
+            },
+        );
+        let mut pulled = 0.0;
+        let alone = |held: u32| PoolView {
+            active_members: 1,
+            other_waiting: false,
+            free: 8 - held,
+            definition: definition(800.0, 8, 1),
+        };
+        simulate(&mut t, t0, 0.0, 10.0, &mut pulled, |_| 400.0, alone);
+        let before = t.held(t0 + s(10.0)).len();
+        assert!(before >= 4, "{before}");
+        // Mostly 100 rec/s, with a 1.5 s burst at full speed every 3 s: an average would
+        // keep 2 or 3 leases, the peak keeps all it had.
+        let held = simulate(
+            &mut t,
+            t0,
+            10.5,
+            40.0,
+            &mut pulled,
+            |at| if at % 3.0 < 1.5 { 1000.0 } else { 100.0 },
+            alone,
+        );
+        assert!(held.iter().all(|(_, n)| *n >= before), "{held:?}");
+    }
+
+    #[test]
+    fn a_fresh_lease_is_not_judged_before_a_whole_window() {
+        let t0 = Instant::now();
+        let mut t = LeaseTable::new(
+            definition(800.0, 8, 1),
+            WorkerLimits {
+                reserved: 0.0,
+                ..limits(Duration::from_secs(4), None)
+            },
+        );
+        t.observe(t0, 0, true);
+        t.granted(0, t0);
+        t.granted(1, t0 + s(3.0));
+        // 100 rec/s; the window is 5 s (the idle grace): the lease granted at 3 s is not
+        // judged before 8 s.
+        for i in 1..=15 {
+            let at = f64::from(i) * 0.5;
+            t.observe(t0 + s(at), (100.0 * at) as u64, true);
+            let plan = t.plan(t0 + s(at), pool(1, false, 6));
+            t.renewed(&plan.renew, &plan.renew, t0 + s(at));
+            assert!(plan.release.is_empty(), "at {at}: {plan:?}");
+        }
+        t.observe(t0 + s(8.0), 800, true);
+        assert_eq!(t.plan(t0 + s(8.0), pool(1, false, 6)).release, vec![1]);
     }
 }

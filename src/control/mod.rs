@@ -6,6 +6,7 @@ pub mod cadence;
 pub mod clock;
 pub mod lease_table;
 pub mod limit;
+pub mod peak_usage;
 pub mod rate_meter;
 pub mod recovery;
 pub mod retry_after;

@@ -1,6 +1,8 @@
 //! Keeps this worker's leases: heartbeats, renews before expiry, acquires while there is
 //! demand (at jittered intervals so workers do not stampede), gives back what exceeds the
-//! fair share or sits idle, and sets the pipeline's rate to what it holds. If the store
+//! fair share, what it cannot use, what sits idle and what belongs to an old definition of
+//! the pool, and sets the pipeline's rate to what it holds. The decisions are the
+//! [`LeaseTable`]'s; this only carries them out. If the store
 //! cannot be reached, leases lapse at their local deadlines and the rate falls to the
 //! reserved rate until the store answers again.
 
@@ -17,9 +19,6 @@ use crate::control::lease_table::{LeaseTable, PoolView};
 use crate::control::target_rate::TargetRate;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
-
-/// The rate counts as fully used above this share of it.
-const FULLY_USED: f64 = 0.8;
 
 pub struct LeaseKeeper {
     store: Arc<dyn LeaseStore>,
@@ -55,7 +54,6 @@ impl LeaseKeeper {
     }
 
     async fn run(mut self, mut shutdown: Shutdown) {
-        let mut last = (Instant::now(), self.stats.pulled.load(Relaxed));
         let mut store_down = false;
         self.rate.set(self.table.rate(Instant::now()));
         loop {
@@ -66,13 +64,11 @@ impl LeaseKeeper {
                 _ = shutdown.requested() => break,
             }
             let now = Instant::now();
-            let pulled = self.stats.pulled.load(Relaxed);
-            let used =
-                (pulled - last.1) as f64 / now.duration_since(last.0).as_secs_f64().max(1e-3);
-            last = (now, pulled);
-            let current = self.table.rate(now);
-            let wants_more =
-                self.stats.has_backlog() && (current == 0.0 || used >= FULLY_USED * current);
+            let wants_more = self.table.observe(
+                now,
+                self.stats.pulled.load(Relaxed),
+                self.stats.has_backlog(),
+            );
             let held = self.table.held(now).len() as u32;
             let pool = match self.store.heartbeat(&self.member, held, wants_more).await {
                 Ok(view) => {
@@ -94,10 +90,21 @@ impl LeaseKeeper {
                         active_members: 1,
                         other_waiting: false,
                         free: 0,
+                        definition: self.table.definition(),
                     }
                 }
             };
-            let plan = self.table.plan(now, wants_more, pool);
+            let generation = self.table.definition().generation;
+            let plan = self.table.plan(now, pool);
+            if self.table.definition().generation != generation {
+                let d = self.table.definition();
+                tracing::info!(
+                    generation = d.generation,
+                    "the pool was resized to {} rec/s in {} leases; leases of the old size given back",
+                    d.capacity,
+                    d.partitions
+                );
+            }
             if !plan.release.is_empty() {
                 // Stop using them first, then tell the store.
                 for p in &plan.release {
@@ -117,7 +124,8 @@ impl LeaseKeeper {
             }
             if plan.acquire && !store_down {
                 let sent = Instant::now();
-                match self.store.acquire(&self.member).await {
+                let generation = self.table.definition().generation;
+                match self.store.acquire(&self.member, generation).await {
                     Ok(Some(p)) => {
                         self.table.granted(p, sent);
                         tracing::debug!(partition = p, "lease acquired");

@@ -8,7 +8,7 @@ pub mod postgres;
 use async_trait::async_trait;
 use serde::Serialize;
 
-use crate::control::lease_table::PoolView;
+use crate::control::lease_table::{PoolDefinition, PoolView};
 
 #[derive(Debug, thiserror::Error)]
 #[error("lease store: {0}")]
@@ -23,6 +23,53 @@ pub struct LeaseRow {
     pub expires_in_s: f64,
 }
 
+/// A worker's `[leases]` settings differ from the pool's definition in the store: it must
+/// not start, or the workers would share capacities that add up to more than the sink's.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "leases.{key} = {configured}, but the lease store defines pool {pool:?} with {key} = {stored} \
+     (generation {generation}); set leases.{key} = {stored}, or change the pool for every worker \
+     with `sluice leases resize`"
+)]
+pub struct DefinitionMismatch {
+    pub pool: String,
+    pub key: &'static str,
+    pub configured: String,
+    pub stored: String,
+    pub generation: u32,
+}
+
+/// Whether a worker configured with `capacity` in `partitions` leases may join `stored`.
+pub fn check_definition(
+    pool: &str,
+    capacity: f64,
+    partitions: u32,
+    stored: &PoolDefinition,
+) -> Result<(), DefinitionMismatch> {
+    let mismatch = |key, configured: String, value: String| DefinitionMismatch {
+        pool: pool.to_string(),
+        key,
+        configured,
+        stored: value,
+        generation: stored.generation,
+    };
+    if capacity != stored.capacity {
+        return Err(mismatch(
+            "capacity",
+            capacity.to_string(),
+            stored.capacity.to_string(),
+        ));
+    }
+    if partitions != stored.partitions {
+        return Err(mismatch(
+            "partitions",
+            partitions.to_string(),
+            stored.partitions.to_string(),
+        ));
+    }
+    Ok(())
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct MemberRow {
     pub member: String,
@@ -34,6 +81,17 @@ pub struct MemberRow {
 /// Where leases live. Every decision about time (expiry) is the store's, not the worker's.
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
+    /// The pool's definition; stores `capacity` in `partitions` as its first generation if
+    /// the pool has none yet.
+    async fn define(&self, capacity: f64, partitions: u32) -> Result<PoolDefinition, LeaseError>;
+
+    /// The pool's definition, if it has one (reads only).
+    async fn definition(&self) -> Result<Option<PoolDefinition>, LeaseError>;
+
+    /// Changes the pool's definition and starts a new generation: renewals of older leases
+    /// are refused, and no new lease is granted while an older one is unexpired.
+    async fn resize(&self, capacity: f64, partitions: u32) -> Result<PoolDefinition, LeaseError>;
+
     /// Records that `member` is alive, holds `held` and does or does not want more;
     /// returns the pool as seen from there.
     async fn heartbeat(
@@ -43,11 +101,13 @@ pub trait LeaseStore: Send + Sync {
         wants_more: bool,
     ) -> Result<PoolView, LeaseError>;
 
-    /// Takes one free or expired partition, chosen at random; None if none was free (or
-    /// another worker won the race for it).
-    async fn acquire(&self, member: &str) -> Result<Option<u32>, LeaseError>;
+    /// Takes one free or expired partition of `generation`, chosen at random; None if none
+    /// was free, another worker won the race for it, `generation` is not the pool's, or a
+    /// lease of another generation is still unexpired.
+    async fn acquire(&self, member: &str, generation: u32) -> Result<Option<u32>, LeaseError>;
 
-    /// Extends the leases `member` still holds; returns the ones it kept.
+    /// Extends the leases `member` still holds in the pool's current generation; returns
+    /// the ones it kept.
     async fn renew(&self, member: &str, partitions: &[u32]) -> Result<Vec<u32>, LeaseError>;
 
     async fn release(&self, member: &str, partitions: &[u32]) -> Result<(), LeaseError>;
@@ -70,4 +130,27 @@ pub fn member_id() -> String {
         .unwrap_or_else(|| "host".into());
     let suffix: u32 = rand::random();
     format!("{host}-{}-{suffix:08x}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_diverging_definition_names_the_key_and_the_stored_value() {
+        let stored = PoolDefinition {
+            capacity: 300.0,
+            partitions: 3,
+            generation: 4,
+        };
+        assert_eq!(check_definition("p", 300.0, 3, &stored), Ok(()));
+        let e = check_definition("p", 300.0, 6, &stored).unwrap_err();
+        assert_eq!((e.key, e.stored.as_str()), ("partitions", "3"));
+        let text = e.to_string();
+        assert!(text.contains("leases.partitions = 6"), "{text}");
+        assert!(text.contains("partitions = 3"), "{text}");
+        assert!(text.contains("sluice leases resize"), "{text}");
+        let e = check_definition("p", 600.0, 6, &stored).unwrap_err();
+        assert_eq!((e.key, e.stored.as_str()), ("capacity", "300"));
+    }
 }

@@ -1,5 +1,7 @@
 //! Leases in PostgreSQL. Each statement is atomic and uses the database's clock (`now()`),
-//! so workers' clocks never decide who holds what.
+//! so workers' clocks never decide who holds what. The pool's definition (capacity,
+//! partitions, generation) is a row of `sluice_lease_pools`; every lease carries the
+//! generation it was granted under.
 
 use std::time::Duration;
 
@@ -7,12 +9,11 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::{LeaseError, LeaseRow, LeaseStore, MemberRow};
-use crate::control::lease_table::PoolView;
+use crate::control::lease_table::{PoolDefinition, PoolView};
 
 pub struct PgLeaseStore {
     pool: PgPool,
     name: String,
-    partitions: u32,
     ttl_s: f64,
     /// Every call gives up after this, so an unreachable store never holds a worker
     /// past its leases' local deadlines.
@@ -24,12 +25,7 @@ fn err(e: impl std::fmt::Display) -> LeaseError {
 }
 
 impl PgLeaseStore {
-    pub async fn connect(
-        url: &str,
-        pool: &str,
-        partitions: u32,
-        ttl: Duration,
-    ) -> Result<Self, LeaseError> {
+    pub async fn connect(url: &str, pool: &str, ttl: Duration) -> Result<Self, LeaseError> {
         let timeout = (ttl / 5).clamp(Duration::from_millis(500), Duration::from_secs(5));
         let pg = PgPoolOptions::new()
             .max_connections(2)
@@ -40,7 +36,6 @@ impl PgLeaseStore {
         let store = PgLeaseStore {
             pool: pg,
             name: pool.to_string(),
-            partitions,
             ttl_s: ttl.as_secs_f64(),
             timeout,
         };
@@ -63,6 +58,25 @@ impl PgLeaseStore {
                 expires_at timestamptz NOT NULL,
                 acquired_at timestamptz NOT NULL DEFAULT now(),
                 PRIMARY KEY (pool, partition)
+            )",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        // Leases taken before pools had definitions belong to their first generation.
+        sqlx::query(
+            "ALTER TABLE sluice_leases ADD COLUMN IF NOT EXISTS generation integer NOT NULL DEFAULT 1",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS sluice_lease_pools (
+                pool text PRIMARY KEY,
+                capacity float8 NOT NULL,
+                partitions integer NOT NULL,
+                generation integer NOT NULL DEFAULT 1,
+                changed_at timestamptz NOT NULL DEFAULT now()
             )",
         )
         .execute(&mut *tx)
@@ -92,6 +106,16 @@ impl PgLeaseStore {
             Ok(r) => r.map_err(err),
             Err(_) => Err(LeaseError(format!("no answer within {:?}", self.timeout))),
         }
+    }
+}
+
+type DefinitionRow = (f64, i32, i32);
+
+fn definition((capacity, partitions, generation): DefinitionRow) -> PoolDefinition {
+    PoolDefinition {
+        capacity,
+        partitions: partitions as u32,
+        generation: generation as u32,
     }
 }
 
@@ -129,42 +153,122 @@ impl LeaseStore for PgLeaseStore {
             .bind(self.ttl_s)
             .fetch_all(&self.pool)
             .await?;
-            let (taken,): (i64,) =
-                sqlx::query_as("SELECT count(*) FROM sluice_leases WHERE pool = $1 AND expires_at > now()")
-                    .bind(&self.name)
-                    .fetch_one(&self.pool)
-                    .await?;
+            let row: DefinitionRow = sqlx::query_as(
+                "SELECT capacity, partitions, generation FROM sluice_lease_pools WHERE pool = $1",
+            )
+            .bind(&self.name)
+            .fetch_one(&self.pool)
+            .await?;
+            let definition = definition(row);
+            // Leases of an older generation block new ones until they are gone.
+            let (taken, older): (i64, i64) = sqlx::query_as(
+                "SELECT count(*) FILTER (WHERE generation = $2), count(*) FILTER (WHERE generation <> $2)
+                 FROM sluice_leases WHERE pool = $1 AND expires_at > now()",
+            )
+            .bind(&self.name)
+            .bind(definition.generation as i32)
+            .fetch_one(&self.pool)
+            .await?;
             let active = others.len() as u32 + 1;
-            let share = self.partitions.div_ceil(active) as i32;
+            let share = definition.partitions.div_ceil(active) as i32;
             Ok(PoolView {
                 active_members: active,
                 other_waiting: others.iter().any(|(h, wants)| *wants && *h < share),
-                free: self.partitions.saturating_sub(taken as u32),
+                free: if older > 0 {
+                    0
+                } else {
+                    definition.partitions.saturating_sub(taken as u32)
+                },
+                definition,
             })
         })
         .await
     }
 
-    async fn acquire(&self, member: &str) -> Result<Option<u32>, LeaseError> {
+    async fn define(&self, capacity: f64, partitions: u32) -> Result<PoolDefinition, LeaseError> {
         self.timed(async {
+            sqlx::query(
+                "INSERT INTO sluice_lease_pools (pool, capacity, partitions) VALUES ($1, $2, $3)
+                 ON CONFLICT (pool) DO NOTHING",
+            )
+            .bind(&self.name)
+            .bind(capacity)
+            .bind(partitions as i32)
+            .execute(&self.pool)
+            .await?;
+            let row: DefinitionRow = sqlx::query_as(
+                "SELECT capacity, partitions, generation FROM sluice_lease_pools WHERE pool = $1",
+            )
+            .bind(&self.name)
+            .fetch_one(&self.pool)
+            .await?;
+            Ok(definition(row))
+        })
+        .await
+    }
+
+    async fn definition(&self) -> Result<Option<PoolDefinition>, LeaseError> {
+        self.timed(async {
+            let row: Option<DefinitionRow> = sqlx::query_as(
+                "SELECT capacity, partitions, generation FROM sluice_lease_pools WHERE pool = $1",
+            )
+            .bind(&self.name)
+            .fetch_optional(&self.pool)
+            .await?;
+            Ok(row.map(definition))
+        })
+        .await
+    }
+
+    async fn resize(&self, capacity: f64, partitions: u32) -> Result<PoolDefinition, LeaseError> {
+        self.timed(async {
+            // Waits for acquisitions in progress (they hold the row FOR SHARE): a lease of
+            // the old generation is either committed before the change or never granted.
+            let row: DefinitionRow = sqlx::query_as(
+                "INSERT INTO sluice_lease_pools (pool, capacity, partitions) VALUES ($1, $2, $3)
+                 ON CONFLICT (pool) DO UPDATE
+                 SET capacity = excluded.capacity, partitions = excluded.partitions,
+                     generation = sluice_lease_pools.generation + 1, changed_at = now()
+                 RETURNING capacity, partitions, generation",
+            )
+            .bind(&self.name)
+            .bind(capacity)
+            .bind(partitions as i32)
+            .fetch_one(&self.pool)
+            .await?;
+            Ok(definition(row))
+        })
+        .await
+    }
+
+    async fn acquire(&self, member: &str, generation: u32) -> Result<Option<u32>, LeaseError> {
+        self.timed(async {
+            // Only under the pool's current generation, and only once no lease of another
+            // generation is unexpired: old and new leases never add up.
             let row: Option<(i32,)> = sqlx::query_as(
-                "WITH candidate AS (
-                    SELECT p FROM generate_series(0, $2 - 1) AS p
+                "WITH def AS (
+                    SELECT partitions, generation FROM sluice_lease_pools
+                    WHERE pool = $1 AND generation = $4
+                    FOR SHARE),
+                 candidate AS (
+                    SELECT p FROM def, generate_series(0, def.partitions - 1) AS p
                     WHERE NOT EXISTS (
                         SELECT 1 FROM sluice_leases l
-                        WHERE l.pool = $1 AND l.partition = p AND l.expires_at > now())
+                        WHERE l.pool = $1 AND l.expires_at > now()
+                          AND (l.partition = p OR l.generation <> def.generation))
                     ORDER BY random() LIMIT 1)
-                 INSERT INTO sluice_leases (pool, partition, holder, expires_at)
-                 SELECT $1, p, $3, now() + make_interval(secs => $4) FROM candidate
+                 INSERT INTO sluice_leases (pool, partition, holder, expires_at, generation)
+                 SELECT $1, p, $2, now() + make_interval(secs => $3), $4 FROM candidate
                  ON CONFLICT (pool, partition) DO UPDATE
-                 SET holder = excluded.holder, expires_at = excluded.expires_at, acquired_at = now()
+                 SET holder = excluded.holder, expires_at = excluded.expires_at, acquired_at = now(),
+                     generation = excluded.generation
                  WHERE sluice_leases.expires_at <= now()
                  RETURNING partition",
             )
             .bind(&self.name)
-            .bind(self.partitions as i32)
             .bind(member)
             .bind(self.ttl_s)
+            .bind(generation as i32)
             .fetch_optional(&self.pool)
             .await?;
             Ok(row.map(|(p,)| p as u32))
@@ -178,6 +282,7 @@ impl LeaseStore for PgLeaseStore {
             let rows: Vec<(i32,)> = sqlx::query_as(
                 "UPDATE sluice_leases SET expires_at = now() + make_interval(secs => $4)
                  WHERE pool = $1 AND holder = $2 AND partition = ANY($3)
+                   AND generation = (SELECT generation FROM sluice_lease_pools WHERE pool = $1)
                  RETURNING partition",
             )
             .bind(&self.name)

@@ -45,6 +45,13 @@ impl Capacity {
         Err(Duration::from_secs_f64(wait))
     }
 
+    /// From `now` on, refills at `rate` (what was earned until then at the old rate stays).
+    pub fn set_rate(&mut self, rate: f64, now: Duration) {
+        assert!(rate > 0.0, "capacity must be positive");
+        self.refill(now);
+        self.rate = rate;
+    }
+
     fn refill(&mut self, now: Duration) {
         if now > self.at {
             let gained = (now - self.at).as_secs_f64() * self.rate;
@@ -81,6 +88,16 @@ mod tests {
             }
         }
         assert_eq!(taken, 8000);
+    }
+
+    #[test]
+    fn a_new_rate_applies_from_the_moment_it_is_set() {
+        let mut c = Capacity::new(800.0, 160);
+        assert_eq!(c.try_take(160, ms(0)), Ok(()));
+        c.set_rate(100.0, ms(100));
+        // 80 earned at 800/s before the change, 10 more at 100/s in the next 100 ms.
+        assert_eq!(c.try_take(90, ms(200)), Ok(()));
+        assert_eq!(c.try_take(10, ms(200)), Err(ms(100)));
     }
 
     #[test]

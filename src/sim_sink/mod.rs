@@ -122,6 +122,12 @@ impl SimSink {
         self.shared.ledger().keys()
     }
 
+    /// Takes `rate` records per second from now on (the burst stays), as a database that
+    /// slows down.
+    pub fn set_capacity(&self, rate: f64) {
+        self.shared.set_capacity(rate);
+    }
+
     /// Starts an outage now (a zero length ends one).
     pub fn outage(&self, length: Duration, mode: OutageMode) {
         self.shared.set_outage(length, mode);

@@ -60,6 +60,10 @@ impl Shared {
         lock(&self.ledger)
     }
 
+    pub fn set_capacity(&self, rate: f64) {
+        lock(&self.capacity).set_rate(rate, self.now());
+    }
+
     pub fn set_outage(&self, length: Duration, mode: OutageMode) {
         lock(&self.outage).set(self.now(), length, mode);
     }
