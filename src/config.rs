@@ -165,6 +165,10 @@ pub struct SourceConfig {
     pub path: Option<PathBuf>,
     /// File source: where acknowledged progress is kept; default `<path>.sluice-checkpoint`.
     pub checkpoint: Option<PathBuf>,
+    /// File source, following: how long a rotated-away file must stay unchanged, once read
+    /// to its end, before it counts as finished and the new file at `path` is read.
+    #[serde(default = "default_rotate_wait", with = "humantime_serde")]
+    pub rotate_wait: Duration,
     /// A longer record is dead-lettered instead of being held in memory.
     #[serde(default = "default_max_record_bytes")]
     pub max_record_bytes: usize,
@@ -233,6 +237,10 @@ impl std::fmt::Display for PropertyValue {
 
 fn default_assignment_timeout() -> Duration {
     Duration::from_secs(60)
+}
+
+fn default_rotate_wait() -> Duration {
+    Duration::from_secs(5)
 }
 
 fn default_max_record_bytes() -> usize {

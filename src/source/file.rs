@@ -1,55 +1,49 @@
 //! NDJSON from a file or stdin. Acknowledged progress is checkpointed in a sidecar file so
-//! a restarted worker resumes after the last acknowledged record; without `--until-empty`
-//! the source follows the file as it grows, like `tail -f`.
+//! a restarted worker resumes after the last acknowledged record. Without `--until-empty`
+//! the source follows the input path like `tail -F`: when the path names another file
+//! (rotated: renamed away and recreated) the old file is finished through the handle held
+//! on it, then the new one is read from its start; when the file is cut short
+//! (copytruncate) it is read again from its start, and the content read so far is
+//! finished from its copy when one lies next to it.
 
+mod checkpoint;
+mod identity;
+mod locate;
+mod rotation;
+mod segment;
+
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncSeekExt, BufReader};
 use tokio::time::Instant;
 
-use super::watermark::Watermark;
 use super::{Backlog, Pulled, Source, SourceError};
 use crate::config::Config;
-use crate::record::{Position, Record};
+use crate::record::Position;
+use checkpoint::{CheckpointFile, Entry};
+use identity::{FileId, fingerprint, read_head};
+use locate::{Directory, Wanted, display_name};
+use rotation::Change;
+use segment::Segment;
 
-/// Bytes of the input's head hashed into the checkpoint, to notice a replaced file.
-const FINGERPRINT_BYTES: u64 = 64 * 1024;
 /// Checkpoints are written at most this often while running (and always on close).
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 
 pub struct FileSource {
-    reader: BufReader<Box<dyn AsyncRead + Unpin + Send>>,
+    /// Oldest first. The last one is the file at the input path; older ones are rotated
+    /// away and still being read or settled. A segment leaves once read to its end and
+    /// every record of it is acknowledged.
+    segments: VecDeque<Segment>,
+    /// None for stdin.
     path: Option<PathBuf>,
-    label: String,
     follow: bool,
     max_record_bytes: usize,
-    /// Byte offset of the next unread line, and its 1-based number.
-    offset: u64,
-    line: u64,
-    /// A line read only in part (no newline yet): its bytes (capped) and its full length.
-    partial: Vec<u8>,
-    partial_len: u64,
-    watermark: Watermark,
-    /// Line number that follows each pulled span's end, to record in the checkpoint.
-    line_after: std::collections::BTreeMap<u64, u64>,
+    rotate_wait: Duration,
+    next_lane: i32,
     checkpoint: Option<CheckpointFile>,
     saved_at: Option<Instant>,
-}
-
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-struct Checkpoint {
-    offset: u64,
-    line: u64,
-    fingerprint: String,
-}
-
-struct CheckpointFile {
-    path: PathBuf,
-    input: PathBuf,
 }
 
 impl FileSource {
@@ -59,255 +53,387 @@ impl FileSource {
             .path
             .clone()
             .ok_or_else(|| SourceError::Other("source.path is not set".into()))?;
-        let max_record_bytes = config.source.max_record_bytes;
+        let mut source = FileSource {
+            segments: VecDeque::new(),
+            path: None,
+            follow,
+            max_record_bytes: config.source.max_record_bytes,
+            rotate_wait: config.source.rotate_wait,
+            next_lane: 0,
+            checkpoint: None,
+            saved_at: None,
+        };
         if path.as_os_str() == "-" {
-            let reader: Box<dyn AsyncRead + Unpin + Send> = Box::new(tokio::io::stdin());
-            return Ok(Self::new(
-                reader,
-                None,
+            let lane = source.lane();
+            source.segments.push_back(Segment::new(
+                lane,
+                Box::new(tokio::io::stdin()),
                 "stdin".into(),
-                follow,
-                max_record_bytes,
+                source.max_record_bytes,
                 0,
                 1,
-                None,
             ));
+            return Ok(source);
         }
-        let checkpoint = config.checkpoint_path().map(|p| CheckpointFile {
-            path: p,
-            input: path.clone(),
-        });
-        let (offset, line) = match &checkpoint {
-            Some(cp) => cp.resume_point().await?,
-            None => (0, 1),
+        let checkpoint = CheckpointFile {
+            path: config
+                .checkpoint_path()
+                .expect("a file input has a checkpoint"),
         };
-        let mut file = tokio::fs::File::open(&path).await?;
-        file.seek(std::io::SeekFrom::Start(offset)).await?;
-        if offset > 0 {
+        let saved = checkpoint.load().await?;
+        source.checkpoint = Some(checkpoint);
+        source.path = Some(path);
+        source.resume(saved)?;
+        Ok(source)
+    }
+
+    fn lane(&mut self) -> i32 {
+        self.next_lane += 1;
+        self.next_lane - 1
+    }
+
+    /// Opens the file at the input path and every file the checkpoint still lists, each
+    /// where its acknowledged progress ends: the file at the path by its identity and head,
+    /// rotated ones by identity in the input's directory (or a copy by content).
+    fn resume(&mut self, saved: Vec<Entry>) -> Result<(), SourceError> {
+        let path = self.path.clone().expect("a file input");
+        let file = std::fs::File::open(&path).map_err(named(&path))?;
+        let meta = file.metadata().map_err(named(&path))?;
+        let at_path = FileId::of(&meta);
+        let head = read_head(&file).map_err(named(&path))?;
+        let checkpoint = self.checkpoint.as_ref().expect("a file input");
+        let excluded = |p: &Path| checkpoint.is_own(p);
+        let dir = Directory {
+            input: &path,
+            excluded: &excluded,
+        };
+        let mut start = (0, 1);
+        let mut claimed: Vec<FileId> = Vec::new();
+        let mut rotated = Vec::new();
+        for entry in saved {
+            let wanted = Wanted {
+                offset: entry.offset,
+                fingerprint: &entry.fingerprint,
+            };
+            let the_path_file = entry.file.is_none_or(|id| id == at_path)
+                && !claimed.contains(&at_path)
+                && entry.offset <= meta.len()
+                && fingerprint(&head, entry.offset) == entry.fingerprint;
+            if the_path_file {
+                start = (entry.offset, entry.line);
+                claimed.push(at_path);
+                continue;
+            }
+            let by_identity = match entry.file {
+                Some(id) if id != at_path => dir.by_identity(id, &wanted).map_err(named(&path))?,
+                _ => None,
+            };
+            let found = match by_identity {
+                Some(f) => Some(f),
+                None => dir.by_content(&wanted, &claimed).map_err(named(&path))?,
+            };
+            match found {
+                Some(f) if f.id == at_path => {
+                    start = (entry.offset, entry.line);
+                    claimed.push(at_path);
+                }
+                Some(f) => {
+                    tracing::info!(
+                        line = entry.line,
+                        "resuming {} after its checkpoint (read as {} before a rotation); the new {} follows once it is finished",
+                        f.path.display(),
+                        entry.name,
+                        path.display()
+                    );
+                    claimed.push(f.id);
+                    rotated.push((f, entry));
+                }
+                None => tracing::warn!(
+                    "checkpoint {} lists {} ({}) read to line {}, but no file next to {} holds that content any more (replaced, truncated, deleted or moved elsewhere): what followed that line is not read from it",
+                    checkpoint.path.display(),
+                    if entry.name.is_empty() {
+                        path.display().to_string()
+                    } else {
+                        entry.name.clone()
+                    },
+                    entry
+                        .file
+                        .map_or("identity not recorded".into(), |id| id.to_string()),
+                    entry.line,
+                    path.display()
+                ),
+            }
+        }
+        for (f, entry) in rotated {
+            let lane = self.lane();
+            let mut segment = Segment::on_file(
+                lane,
+                f.file,
+                f.id,
+                f.path.clone(),
+                (entry.offset, entry.line),
+                f.head,
+                self.max_record_bytes,
+            )
+            .map_err(named(&f.path))?;
+            segment.superseded = true;
+            segment.key_name = display_name(&path);
+            self.segments.push_back(segment);
+        }
+        if start.0 > 0 {
             tracing::info!(
-                offset,
-                line,
+                offset = start.0,
+                line = start.1,
                 "resuming {} after its checkpoint",
                 path.display()
             );
         }
-        let label = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
-        Ok(Self::new(
-            Box::new(file),
-            Some(path),
-            label,
-            follow,
-            max_record_bytes,
-            offset,
-            line,
-            checkpoint,
-        ))
+        let lane = self.lane();
+        let segment = Segment::on_file(
+            lane,
+            file,
+            at_path,
+            path.clone(),
+            start,
+            head,
+            self.max_record_bytes,
+        )
+        .map_err(named(&path))?;
+        self.segments.push_back(segment);
+        Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        reader: Box<dyn AsyncRead + Unpin + Send>,
-        path: Option<PathBuf>,
-        label: String,
-        follow: bool,
-        max_record_bytes: usize,
-        offset: u64,
-        line: u64,
-        checkpoint: Option<CheckpointFile>,
-    ) -> Self {
-        FileSource {
-            reader: BufReader::with_capacity(256 * 1024, reader),
-            path,
-            label,
-            follow,
-            max_record_bytes,
-            offset,
-            line,
-            partial: Vec::new(),
-            partial_len: 0,
-            watermark: Watermark::new(offset),
-            line_after: Default::default(),
-            checkpoint,
-            saved_at: None,
+    /// Looks at the input path: a rotation opens the new file behind the one being read, a
+    /// truncation starts the file again. True if anything changed.
+    fn look_at_input(&mut self) -> Result<bool, SourceError> {
+        let Some(path) = self.path.clone() else {
+            return Ok(false);
+        };
+        let last = self.segments.back().expect("the file at the path");
+        let Some(reading) = last.id else {
+            return Ok(false);
+        };
+        let at_path = match std::fs::metadata(&path) {
+            Ok(m) => Some(FileId::of(&m)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(named(&path)(e)),
+        };
+        let len = last.disk_len().map_err(named(&last.path))?.unwrap_or(0);
+        let head_intact = at_path != Some(reading) || last.head_intact().map_err(named(&path))?;
+        match rotation::classify(reading, last.consumed(), at_path, len, head_intact) {
+            Change::Unchanged => Ok(false),
+            Change::Rotated => self.rotated(&path),
+            Change::Truncated => self.truncated(&path, len),
         }
     }
 
-    /// The next non-blank line as a record, or None at the (current) end of input.
-    async fn next_record(&mut self) -> Result<Option<Record>, SourceError> {
-        loop {
-            let buf = self.reader.fill_buf().await?;
-            if buf.is_empty() {
-                if self.partial_len > 0 && !self.follow {
-                    if let Some(r) = self.finish_line(false) {
-                        return Ok(Some(r));
-                    }
-                    continue;
-                }
-                return Ok(None);
-            }
-            let newline = memchr(buf);
-            let take = newline.map_or(buf.len(), |i| i + 1);
-            let room = (self.max_record_bytes + 1).saturating_sub(self.partial.len());
-            let content = &buf[..newline.unwrap_or(buf.len())];
-            self.partial
-                .extend_from_slice(&content[..content.len().min(room)]);
-            self.partial_len += take as u64;
-            self.reader.consume(take);
-            if newline.is_some()
-                && let Some(r) = self.finish_line(true)
-            {
-                return Ok(Some(r));
-            }
+    /// The path names another file: read it once the one before is finished.
+    fn rotated(&mut self, path: &Path) -> Result<bool, SourceError> {
+        let Some((file, id, head)) = open_with_head(path)? else {
+            return Ok(false);
+        };
+        let checkpoint = self.checkpoint.as_ref().expect("a file input");
+        let excluded = |p: &Path| checkpoint.is_own(p);
+        let dir = Directory {
+            input: path,
+            excluded: &excluded,
+        };
+        let last = self.segments.back_mut().expect("the file at the path");
+        last.superseded = true;
+        last.last_growth = Instant::now();
+        if let Some(now_at) = last.id.and_then(|old| dir.path_of(old).ok().flatten()) {
+            last.renamed(now_at);
         }
+        tracing::info!(
+            "{} was rotated: it names another file now ({id}); reading the old one ({}, {}) to its end until it stays unchanged for {:?} (source.rotate_wait), then the new one from its start",
+            path.display(),
+            last.path.display(),
+            last.id.map_or(String::new(), |i| i.to_string()),
+            self.rotate_wait
+        );
+        self.push_file(file, id, path, head)?;
+        Ok(true)
     }
 
-    /// Closes the line gathered in `partial`; blank lines yield no record.
-    fn finish_line(&mut self, newline: bool) -> Option<Record> {
-        let start = self.offset;
-        let line = self.line;
-        let content_len = self.partial_len - u64::from(newline);
-        self.offset += self.partial_len;
-        self.line += 1;
-        self.partial_len = 0;
-        let mut payload = std::mem::take(&mut self.partial);
-        let oversize = (payload.len() > self.max_record_bytes).then(|| {
-            payload.truncate(self.max_record_bytes);
-            content_len
-        });
-        if oversize.is_none() {
-            while payload.last() == Some(&b'\r') {
-                payload.pop();
+    /// The file at the path was cut short: its old content is finished from a copy if one
+    /// lies next to it, and the file is read again from its start.
+    fn truncated(&mut self, path: &Path, len: u64) -> Result<bool, SourceError> {
+        let checkpoint = self.checkpoint.as_ref().expect("a file input");
+        let excluded = |p: &Path| checkpoint.is_own(p);
+        let dir = Directory {
+            input: path,
+            excluded: &excluded,
+        };
+        let last = self.segments.back_mut().expect("the file at the path");
+        let read_to = last.consumed();
+        tracing::warn!(
+            "{} was truncated (copytruncate?): {len} bytes now, {read_to} were read; reading it again from its start",
+            path.display()
+        );
+        let known = read_to.max(last.head().len() as u64);
+        let fp = fingerprint(last.head(), known);
+        let wanted = Wanted {
+            offset: known,
+            fingerprint: &fp,
+        };
+        let old_id = last.id.expect("a file");
+        match dir.by_content(&wanted, &[old_id]).map_err(named(path))? {
+            Some(copy) => {
+                tracing::info!(
+                    "finishing the content read from {} in its copy {} from byte {read_to}",
+                    path.display(),
+                    copy.path.display()
+                );
+                let copy_path = copy.path.clone();
+                last.move_to(copy.file, copy.id, copy.path)
+                    .map_err(named(&copy_path))?;
+                last.superseded = true;
+                last.last_growth = Instant::now();
             }
-            if payload.iter().all(u8::is_ascii_whitespace) {
-                return None;
+            None => {
+                tracing::warn!(
+                    "no copy of the old content of {} found next to it: lines written after its byte {read_to} before the truncation, if any, were not read",
+                    path.display()
+                );
+                last.abandon();
             }
         }
-        let origin = format!("{}:{}", self.label, line);
-        Some(Record {
-            position: Position {
-                lane: 0,
-                start,
-                end: self.offset,
-            },
-            fallback_key: origin.clone(),
-            origin,
-            payload,
-            oversize,
-        })
+        let Some((file, id, head)) = open_with_head(path)? else {
+            return Ok(true);
+        };
+        self.push_file(file, id, path, head)?;
+        Ok(true)
+    }
+
+    fn push_file(
+        &mut self,
+        file: std::fs::File,
+        id: FileId,
+        path: &Path,
+        head: Vec<u8>,
+    ) -> Result<(), SourceError> {
+        let lane = self.lane();
+        let segment = Segment::on_file(
+            lane,
+            file,
+            id,
+            path.to_path_buf(),
+            (0, 1),
+            head,
+            self.max_record_bytes,
+        )
+        .map_err(named(path))?;
+        self.segments.push_back(segment);
+        Ok(())
     }
 
     async fn save_checkpoint(&mut self) -> Result<(), SourceError> {
         let Some(cp) = &self.checkpoint else {
             return Ok(());
         };
-        let offset = self.watermark.committed();
-        let line = self.line_after.get(&offset).copied();
-        let Some(line) = line.or_else(|| (offset == self.offset).then_some(self.line)) else {
-            return Ok(());
-        };
-        cp.save(&Checkpoint {
-            offset,
-            line,
-            fingerprint: fingerprint(&cp.input, offset).await?,
-        })
-        .await?;
+        let files = self
+            .segments
+            .iter()
+            .filter(|s| s.id.is_some())
+            .map(Segment::entry)
+            .collect();
+        cp.save(files).await?;
         self.saved_at = Some(Instant::now());
         Ok(())
     }
-}
 
-fn memchr(buf: &[u8]) -> Option<usize> {
-    buf.iter().position(|&b| b == b'\n')
-}
-
-/// SHA-256 of the input's first `min(len, FINGERPRINT_BYTES)` bytes up to `offset`.
-async fn fingerprint(input: &Path, offset: u64) -> Result<String, SourceError> {
-    let n = offset.min(FINGERPRINT_BYTES);
-    let mut head = vec![0u8; n as usize];
-    let mut file = tokio::fs::File::open(input).await?;
-    file.read_exact(&mut head).await?;
-    Ok(hex::encode(Sha256::digest(&head)))
-}
-
-impl CheckpointFile {
-    /// Where to start: the saved offset if the checkpoint still describes this input.
-    async fn resume_point(&self) -> Result<(u64, u64), SourceError> {
-        let text = match tokio::fs::read_to_string(&self.path).await {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((0, 1)),
-            Err(e) => return Err(e.into()),
-        };
-        let saved: Checkpoint = match serde_json::from_str(&text) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(
-                    "ignoring unreadable checkpoint {}: {e}",
-                    self.path.display()
-                );
-                return Ok((0, 1));
+    /// Lets go of files read to their end whose records are all settled (never the file at
+    /// the path).
+    fn drop_settled(&mut self) {
+        let last = self.segments.len().saturating_sub(1);
+        let mut i = 0;
+        self.segments.retain(|s| {
+            i += 1;
+            let keep = i - 1 == last || !s.settled();
+            if !keep {
+                tracing::debug!("{} is finished and settled", s.path.display());
             }
-        };
-        let len = tokio::fs::metadata(&self.input).await?.len();
-        if saved.offset > len || fingerprint(&self.input, saved.offset).await? != saved.fingerprint
-        {
-            tracing::warn!(
-                "checkpoint {} does not match {} (file replaced or truncated): starting from the beginning",
-                self.path.display(),
-                self.input.display()
-            );
-            return Ok((0, 1));
-        }
-        Ok((saved.offset, saved.line))
+            keep
+        });
     }
+}
 
-    async fn save(&self, checkpoint: &Checkpoint) -> Result<(), SourceError> {
-        let mut tmp = self.path.clone().into_os_string();
-        tmp.push(".tmp");
-        let body = serde_json::to_vec(checkpoint).map_err(|e| SourceError::Other(e.to_string()))?;
-        tokio::fs::write(&tmp, body).await?;
-        tokio::fs::rename(&tmp, &self.path).await?;
-        Ok(())
+fn named(path: &Path) -> impl Fn(std::io::Error) -> SourceError + '_ {
+    move |source| SourceError::File {
+        path: path.to_path_buf(),
+        source,
     }
+}
+
+/// The file at `path` with its identity and head; None if nothing is there (mid-rotation).
+fn open_with_head(path: &Path) -> Result<Option<(std::fs::File, FileId, Vec<u8>)>, SourceError> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(named(path)(e)),
+    };
+    let id = FileId::of(&file.metadata().map_err(named(path))?);
+    let head = read_head(&file).map_err(named(path))?;
+    Ok(Some((file, id, head)))
 }
 
 #[async_trait]
 impl Source for FileSource {
     async fn pull(&mut self, max: usize) -> Result<Pulled, SourceError> {
         let mut records = Vec::with_capacity(max.min(64 * 1024));
-        while records.len() < max {
-            match self.next_record().await? {
-                Some(r) => {
-                    self.watermark.pulled(r.position.start, r.position.end);
-                    self.line_after.insert(r.position.end, self.line);
-                    records.push(r);
-                }
-                None => {
-                    return Ok(Pulled {
-                        records,
-                        caught_up: true,
-                    });
-                }
-            }
+        // Before reading on: a file truncated and rewritten past the offset while the
+        // worker was behind (or paused) must not be read from the old offset.
+        if self.follow {
+            self.look_at_input()?;
         }
-        Ok(Pulled {
-            records,
-            caught_up: false,
-        })
+        while records.len() < max {
+            let Some(i) = self.segments.iter().position(|s| !s.done) else {
+                break;
+            };
+            let segment = &mut self.segments[i];
+            if let Some(r) = segment.next_record().await.map_err(named(&segment.path))? {
+                records.push(r);
+                continue;
+            }
+            if !self.follow {
+                // A one-shot read: each file to its end, a last unterminated line included.
+                records.extend(segment.finish());
+                continue;
+            }
+            if self.look_at_input()? {
+                continue;
+            }
+            let segment = &mut self.segments[i];
+            if segment.superseded
+                && rotation::finished(segment.last_growth, Instant::now(), self.rotate_wait)
+            {
+                records.extend(segment.finish());
+                tracing::info!(
+                    "finished {} ({} lines): it was rotated away and stayed unchanged for {:?}",
+                    segment.path.display(),
+                    segment.lines_read(),
+                    self.rotate_wait
+                );
+                continue;
+            }
+            return Ok(Pulled {
+                records,
+                caught_up: true,
+            });
+        }
+        let caught_up = records.len() < max;
+        Ok(Pulled { records, caught_up })
     }
 
     async fn ack(&mut self, positions: &[Position]) -> Result<(), SourceError> {
         let mut moved = false;
         for p in positions {
-            moved |= self.watermark.ack(p.start).is_some();
+            if let Some(s) = self.segments.iter_mut().find(|s| s.lane == p.lane) {
+                moved |= s.ack(p.start);
+            }
         }
         if moved {
-            let committed = self.watermark.committed();
-            // Keep the line number of the committed end; drop the ones before it.
-            let keep = self.line_after.split_off(&committed);
-            self.line_after = keep;
+            self.drop_settled();
             if self
                 .saved_at
                 .is_none_or(|t| t.elapsed() >= CHECKPOINT_EVERY)
@@ -319,125 +445,45 @@ impl Source for FileSource {
     }
 
     async fn backlog(&mut self) -> Result<Backlog, SourceError> {
-        let Some(path) = &self.path else {
+        if self.path.is_none() {
             return Ok(Backlog::Unknown);
-        };
-        let total = tokio::fs::metadata(path).await?.len();
+        }
+        let (mut done, mut total) = (0, 0);
+        for s in self.segments.iter().filter(|s| !s.done) {
+            done += s.consumed();
+            total += s.disk_len().map_err(named(&s.path))?.unwrap_or(0);
+        }
         Ok(Backlog::Bytes {
-            done: self.offset - self.partial_len.min(self.offset),
+            done: done.min(total),
             total,
         })
     }
 
     async fn count_backlog(&mut self) -> Result<Option<u64>, SourceError> {
-        let Some(path) = &self.path else {
+        if self.path.is_none() {
             return Ok(None);
-        };
-        let mut file = tokio::fs::File::open(path).await?;
-        file.seek(std::io::SeekFrom::Start(self.offset)).await?;
-        let mut reader = BufReader::with_capacity(1 << 20, file);
-        let (mut lines, mut blank) = (0u64, true);
-        loop {
-            let buf = reader.fill_buf().await?;
-            if buf.is_empty() {
-                break;
-            }
-            for &b in buf {
-                if b == b'\n' {
-                    lines += u64::from(!blank);
-                    blank = true;
-                } else if !b.is_ascii_whitespace() {
-                    blank = false;
-                }
-            }
-            let n = buf.len();
-            reader.consume(n);
         }
-        // A last line without a newline is a record too.
-        Ok(Some(lines + u64::from(!blank)))
+        let mut records = 0;
+        for s in self.segments.iter().filter(|s| !s.done) {
+            records += s
+                .count_unread()
+                .map_err(named(&s.path))?
+                .unwrap_or_default();
+        }
+        Ok(Some(records))
     }
 
     async fn close(&mut self, drained: bool) -> Result<(), SourceError> {
         let Some(cp) = &self.checkpoint else {
             return Ok(());
         };
-        if drained && self.watermark.outstanding() == 0 {
+        if drained && self.segments.iter().all(|s| s.outstanding() == 0) {
             // A finished one-shot load: the next run is a fresh load, deduplicated by the sink.
-            match tokio::fs::remove_file(&cp.path).await {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => return Ok(()),
-            }
+            return cp.remove().await;
         }
         self.save_checkpoint().await
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn source(input: &'static [u8], follow: bool, max: usize) -> FileSource {
-        FileSource::new(Box::new(input), None, "t".into(), follow, max, 0, 1, None)
-    }
-
-    #[tokio::test]
-    async fn splits_lines_and_skips_blanks() {
-        let mut s = source(b"{\"a\":1}\r\n\n  \n{\"a\":2}\n{\"a\":3}", false, 100);
-        let p = s.pull(10).await.unwrap();
-        assert!(p.caught_up);
-        let got: Vec<(String, String)> = p
-            .records
-            .iter()
-            .map(|r| {
-                (
-                    r.origin.clone(),
-                    String::from_utf8(r.payload.clone()).unwrap(),
-                )
-            })
-            .collect();
-        assert_eq!(
-            got,
-            [
-                ("t:1".to_string(), "{\"a\":1}".to_string()),
-                ("t:4".to_string(), "{\"a\":2}".to_string()),
-                ("t:5".to_string(), "{\"a\":3}".to_string())
-            ]
-        );
-        assert_eq!(
-            p.records[0].position,
-            Position {
-                lane: 0,
-                start: 0,
-                end: 9
-            }
-        );
-        assert_eq!(p.records[2].position.end, 28);
-    }
-
-    #[tokio::test]
-    async fn follow_mode_holds_an_unfinished_last_line() {
-        let mut s = source(b"{\"a\":1}\n{\"a\":", true, 100);
-        let p = s.pull(10).await.unwrap();
-        assert_eq!(p.records.len(), 1);
-        assert!(p.caught_up);
-    }
-
-    #[tokio::test]
-    async fn pulls_no_more_than_asked() {
-        let mut s = source(b"1\n2\n3\n4\n5\n", false, 100);
-        let p = s.pull(2).await.unwrap();
-        assert_eq!(p.records.len(), 2);
-        assert!(!p.caught_up);
-        assert_eq!(s.pull(10).await.unwrap().records.len(), 3);
-    }
-
-    #[tokio::test]
-    async fn oversize_lines_are_cut_and_flagged() {
-        let mut s = source(b"0123456789abcdef\n{}\n", false, 8);
-        let p = s.pull(10).await.unwrap();
-        assert_eq!(p.records[0].payload, b"01234567");
-        assert_eq!(p.records[0].oversize, Some(16));
-        assert_eq!(p.records[1].oversize, None);
-        assert_eq!(p.records[1].position.start, 17);
-    }
-}
+mod tests;

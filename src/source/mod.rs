@@ -16,6 +16,12 @@ use crate::record::{Position, Record};
 pub enum SourceError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A file the source reads or keeps its checkpoint in, named.
+    #[error("{}: {source}", path.display())]
+    File {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Other(String),
 }
