@@ -214,9 +214,11 @@ impl LeaseTable {
         self.usage.record(now, pulled);
         let current = self.rate(now);
         let count = self.held(now).len() as u32;
+        // Holding none is reason enough: a reserved rate alone may be too small to show as
+        // fully used (and at 0 nothing is pulled to show anything).
         self.wants_more = backlog
             && count < self.useful()
-            && (current == 0.0 || recent.is_none_or(|r| r >= FULLY_USED * current));
+            && (count == 0 || recent.is_none_or(|r| r >= FULLY_USED * current));
         if backlog {
             self.idle_since = None;
         } else if self.idle_since.is_none() {
@@ -443,6 +445,16 @@ mod tests {
         assert!(!t.plan(t0 + s(2.0), pool(3, false, 5)).acquire);
         // No backlog: no more.
         assert!(!t.observe(t0 + s(3.0), 510 + 310, false));
+    }
+
+    #[test]
+    fn holding_nothing_with_a_backlog_is_reason_enough_to_ask() {
+        let t0 = Instant::now();
+        let mut t = table();
+        t.observe(t0, 0, true);
+        // Reserved 10 rec/s, nothing pulled: still asks.
+        assert!(t.observe(t0 + s(1.0), 0, true));
+        assert!(!t.observe(t0 + s(2.0), 0, false), "nothing waiting: never");
     }
 
     #[test]
