@@ -546,6 +546,11 @@ fn after_an_outage_the_healthy_endpoint_takes_the_writes_and_metrics_tell_the_tr
         std::thread::sleep(Duration::from_millis(100));
     }
     let first = back.requests()[0].at - back_at;
+    eprintln!(
+        "back after refusing: first request {first:?} after it listened; the 503 endpoint got {} requests, the hung one {}",
+        busy.requests().len(),
+        hung.requests().len()
+    );
     // throttle.max_pause is 1 s (the old backoff grew to 30 s); a batch may first wait out
     // the hung endpoint's 1 s timeout. Generous for a loaded machine, far from 30 s.
     assert!(
