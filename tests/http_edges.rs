@@ -514,7 +514,7 @@ fn value(line: &str) -> f64 {
 
 #[test]
 fn after_an_outage_the_healthy_endpoint_takes_the_writes_and_metrics_tell_the_truth() {
-    // One endpoint hung, one answering 503 forever, one refusing for the first 6 s.
+    // One endpoint hung, one answering 503 forever, one refusing for the first 12 s.
     let hung = RawServer::start(|_, _| Reply::Hang);
     let busy = RawServer::start(|_, _| answer("503 Service Unavailable", "", "busy"));
     let back_port = free_port();
@@ -537,7 +537,7 @@ fn after_an_outage_the_healthy_endpoint_takes_the_writes_and_metrics_tell_the_tr
         .replace("timeout = \"2s\"", "timeout = \"1s\"");
     std::fs::write(dir.path().join("sluice.toml"), text).unwrap();
     let mut child = worker(dir.path(), false);
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(Duration::from_secs(12));
     let back_at = Instant::now();
     let back = RawServer::start_on(back_port, |_, _| ok());
     let deadline = Instant::now() + Duration::from_secs(60);
