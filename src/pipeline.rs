@@ -133,6 +133,7 @@ impl Pipeline {
         let mut pulled_total: u64 = 0;
         let mut backlog_at = Instant::now();
         let mut rate_due = false;
+        let mut watch_due = false;
         self.source.set_prefetch(self.prefetch()).await?;
         self.stats.source_up.store(self.source.is_up(), Relaxed);
         self.stats.rate_limit.set(self.cadence.rate());
@@ -161,6 +162,7 @@ impl Pipeline {
                     break;
                 }
                 allowance -= u64::from(granted);
+                watch_due = false;
                 let pulled = match self.source.pull(granted as usize).await {
                     Ok(p) => p,
                     Err(e) => {
@@ -206,6 +208,17 @@ impl Pipeline {
                     failure.get_or_insert(e.into());
                 }
             }
+            if std::mem::take(&mut watch_due) && !stopping && failure.is_none() {
+                // This tick pulled nothing: the source still hears of new records, which
+                // is what earns a worker without capacity its next lease.
+                match self.source.watch().await {
+                    Ok(true) => self.stats.source_caught_up.store(false, Relaxed),
+                    Ok(false) => {}
+                    Err(e) => {
+                        failure.get_or_insert(e.into());
+                    }
+                }
+            }
             self.stats
                 .batches_in_flight
                 .store(in_flight.len() as u64, Relaxed);
@@ -236,6 +249,7 @@ impl Pipeline {
                     let fresh = quantum - self.pressure.settle_owed(quantum);
                     allowance = if self.pressure.is_paused() { 0 } else { fresh };
                     rate_due = true;
+                    watch_due = true;
                     self.stats.source_up.store(self.source.is_up(), Relaxed);
                     if backlog_at.elapsed() >= Duration::from_secs(1) {
                         backlog_at = Instant::now();

@@ -138,14 +138,11 @@ impl Stats {
     }
 
     /// Whether the source has records waiting, as far as anyone can tell: its backlog
-    /// when it reports one, else "the last pull did not catch up".
+    /// says so, or the last pull (or look at the source) found more than it took. Either
+    /// may be stale; the one that saw records wins.
     pub fn has_backlog(&self) -> bool {
         let total = self.source_total.load(Relaxed);
-        if total > 0 {
-            total > self.source_done.load(Relaxed)
-        } else {
-            !self.source_caught_up.load(Relaxed)
-        }
+        total > self.source_done.load(Relaxed) || !self.source_caught_up.load(Relaxed)
     }
 
     pub fn summary(&self, elapsed: Duration) -> Summary {
@@ -159,6 +156,7 @@ impl Stats {
             write_p50_ms: self.write_latency.quantile(0.5).map(ms),
             write_p95_ms: self.write_latency.quantile(0.95).map(ms),
             elapsed_s: (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
+            error: None,
         }
     }
 }
@@ -180,6 +178,9 @@ pub struct Summary {
     pub write_p50_ms: Option<f64>,
     pub write_p95_ms: Option<f64>,
     pub elapsed_s: f64,
+    /// Why the run failed (exit 1 or 2); absent when it succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 fn ms(d: Duration) -> f64 {

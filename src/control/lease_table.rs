@@ -208,7 +208,9 @@ impl LeaseTable {
 
     /// Takes in what the worker did since the last round: `pulled` is the running count of
     /// records pulled, `backlog` whether the source has more. Returns whether it wants more
-    /// leases (to tell the store before [`LeaseTable::plan`]).
+    /// leases (to tell the store before [`LeaseTable::plan`]). With a backlog and no lease
+    /// it always does: a reserved rate alone may never look "fully used" (at 1 rec/s a
+    /// round often pulls nothing), and an idle worker would then stay idle for good.
     pub fn observe(&mut self, now: Instant, pulled: u64, backlog: bool) -> bool {
         let recent = self.recent_rate(now, pulled);
         self.usage.record(now, pulled);
@@ -689,5 +691,22 @@ mod tests {
         }
         t.observe(t0 + s(8.0), 800, true);
         assert_eq!(t.plan(t0 + s(8.0), pool(1, false, 6)).release, vec![1]);
+    }
+
+    #[test]
+    fn a_worker_with_a_backlog_and_no_lease_asks_whatever_its_reserved_rate() {
+        let t0 = Instant::now();
+        let mut t = table();
+        assert_eq!(t.rate(t0), 10.0, "reserved only");
+        // Rounds that pulled nothing at the reserved rate, as after an idle spell.
+        assert!(t.observe(t0, 500, true));
+        assert!(t.observe(t0 + Duration::from_millis(500), 500, true));
+        assert!(t.observe(t0 + Duration::from_secs(1), 500, true));
+        // Holding a lease, an unused rate is no reason to ask for more.
+        t.granted(0, t0 + Duration::from_secs(1));
+        assert!(!t.observe(t0 + Duration::from_millis(1500), 500, true));
+        // No backlog: never.
+        t.forget(0);
+        assert!(!t.observe(t0 + Duration::from_secs(2), 500, false));
     }
 }

@@ -52,6 +52,14 @@ pub trait Source: Send {
 
     async fn backlog(&mut self) -> Result<Backlog, SourceError>;
 
+    /// Called on ticks that pulled nothing (no allowance, paused, no free slot): keeps the
+    /// source's own machinery served and tells whether records are waiting, without
+    /// handing any out. A worker granted nothing must still learn of new records, since
+    /// its backlog is what earns it capacity. False: none known (then `backlog()` tells).
+    async fn watch(&mut self) -> Result<bool, SourceError> {
+        Ok(false)
+    }
+
     /// Records waiting, counted exactly even where that costs a scan (for `sluice plan`);
     /// None when the source cannot tell.
     async fn count_backlog(&mut self) -> Result<Option<u64>, SourceError> {

@@ -9,11 +9,13 @@ pub mod context;
 pub mod settings;
 
 use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures::{FutureExt, StreamExt};
+use futures::{Stream, StreamExt};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
@@ -35,6 +37,9 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// "Caught up" also needs this long without a record: end-of-partition events are not
 /// trusted alone.
 const QUIET: Duration = Duration::from_millis(500);
+/// Most events (rebalances, statistics, commit results) served in a row while looking for
+/// a message without waiting; far more than ever queue up between two ticks.
+const MAX_EVENTS_IN_A_ROW: usize = 1024;
 
 pub struct KafkaSource {
     consumer: StreamConsumer<GroupContext>,
@@ -51,6 +56,10 @@ pub struct KafkaSource {
     partitions: usize,
     /// For the backlog count's own reader.
     config: crate::config::SourceConfig,
+    /// A record [`Source::watch`] found while the worker had no allowance, with the
+    /// assignment epoch it was fetched in; handed out first by the next pull (or dropped
+    /// there if its partition changed hands meanwhile, to be fetched again).
+    lookahead: Option<(Record, u64)>,
 }
 
 fn fail(what: &str, e: impl std::fmt::Display) -> SourceError {
@@ -105,6 +114,7 @@ impl KafkaSource {
             committed_at: Instant::now(),
             warned_unassigned: false,
             subscribed: false,
+            lookahead: None,
         })
     }
 
@@ -221,15 +231,20 @@ impl Source for KafkaSource {
         self.commit(false)?;
         let mut epoch = lock(&self.assignment).epoch();
         let mut records = Vec::with_capacity(max.min(4096));
+        if let Some((record, fetched_in)) = self.lookahead.take()
+            && lock(&self.assignment).held_since(record.position.lane, fetched_in)
+        {
+            records.push(record);
+        }
         let deadline = tokio::time::Instant::now() + PULL_WAIT;
         let mut stream = self.consumer.stream();
         while records.len() < max {
             // What is ready first; then wait, until the deadline, only while more may come:
             // a pull under load returns a full batch, a caught-up pull returns at once.
-            let next = match stream.next().now_or_never() {
-                Some(Some(next)) => next,
+            let next = match ready_now(&mut stream) {
+                Some(next) => next,
                 None if lock(&self.assignment).all_at_end() => break,
-                _ => match tokio::time::timeout_at(deadline, stream.next()).await {
+                None => match tokio::time::timeout_at(deadline, stream.next()).await {
                     Ok(Some(next)) => next,
                     _ => break,
                 },
@@ -264,6 +279,38 @@ impl Source for KafkaSource {
         };
         self.check_assignment()?;
         Ok(Pulled { records, caught_up })
+    }
+
+    /// Serves the consumer's events (rebalances, statistics with the high watermarks that
+    /// make the backlog, commit results) and keeps the first record that is ready for the
+    /// next pull. Without this, a worker granted nothing never polled its consumer, so it
+    /// never learnt of new records and never asked for the capacity to pull them.
+    async fn watch(&mut self) -> Result<bool, SourceError> {
+        self.subscribe()?;
+        self.commit(false)?;
+        if self.lookahead.is_none() {
+            let mut stream = self.consumer.stream();
+            while let Some(next) = ready_now(&mut stream) {
+                match next {
+                    Ok(message) => {
+                        if let Some(record) = self.admit(&message) {
+                            let epoch = lock(&self.assignment).epoch();
+                            self.lookahead = Some((record, epoch));
+                            break;
+                        }
+                    }
+                    Err(KafkaError::PartitionEOF(partition)) => {
+                        lock(&self.assignment).reached_end(partition);
+                    }
+                    Err(e @ KafkaError::MessageConsumptionFatal(_)) => {
+                        return Err(fail("consumer failed", e));
+                    }
+                    Err(e) => tracing::warn!("kafka: {e}"),
+                }
+            }
+        }
+        self.check_assignment()?;
+        Ok(self.lookahead.is_some())
     }
 
     async fn ack(&mut self, positions: &[Position]) -> Result<(), SourceError> {
@@ -306,5 +353,78 @@ impl Source for KafkaSource {
             }
             other => other,
         }
+    }
+}
+
+/// Sets a flag when woken: tells an event served (the stream wakes itself at once) from an
+/// empty queue (it waits for a wake-up from librdkafka).
+struct WakeFlag(AtomicBool);
+
+impl Wake for WakeFlag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The next message or error ready in the consumer's queue, serving the events queued
+/// before it; `None` once nothing is ready. `now_or_never` alone cannot do this: a served
+/// event polls as pending just like an empty queue, so a slow pull that met the statistics
+/// event first every time returned nothing, again and again.
+fn ready_now<S: Stream + Unpin>(stream: &mut S) -> Option<S::Item> {
+    let flag = Arc::new(WakeFlag(AtomicBool::new(false)));
+    let waker = Waker::from(flag.clone());
+    let mut cx = Context::from_waker(&waker);
+    for _ in 0..MAX_EVENTS_IN_A_ROW {
+        flag.0.store(false, Ordering::SeqCst);
+        match stream.poll_next_unpin(&mut cx) {
+            Poll::Ready(item) => return item,
+            Poll::Pending if flag.0.load(Ordering::SeqCst) => continue,
+            Poll::Pending => return None,
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Polls as a MessageStream does: a queued event is served and the stream wakes
+    /// itself; an empty queue stores the waker and stays pending.
+    struct Queue(Vec<Option<u32>>);
+
+    impl Stream for Queue {
+        type Item = u32;
+
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<u32>> {
+            if self.0.is_empty() {
+                return Poll::Pending;
+            }
+            match self.0.remove(0) {
+                Some(message) => Poll::Ready(Some(message)),
+                None => {
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn events_ahead_of_a_message_do_not_hide_it() {
+        let mut queue = Queue(vec![None, None, Some(7), None, Some(8)]);
+        assert_eq!(ready_now(&mut queue), Some(7));
+        assert_eq!(ready_now(&mut queue), Some(8));
+        assert_eq!(ready_now(&mut queue), None);
+        let mut only_events = Queue(vec![None; 3]);
+        assert_eq!(ready_now(&mut only_events), None);
+        assert!(only_events.0.is_empty(), "every event was served");
     }
 }
