@@ -20,7 +20,7 @@ use crate::lease::{LeaseError, LeaseStore, check_definition, member_id};
 use crate::pipeline::{Pipeline, RunOptions};
 use crate::produce::ProduceError;
 use crate::progress::Progress;
-use crate::stats::Stats;
+use crate::stats::{Stats, Summary};
 use crate::{produce, shutdown, sink, source};
 
 /// A line for the person at the terminal, with credentials redacted.
@@ -216,29 +216,58 @@ async fn run(args: RunArgs) -> u8 {
         say!("sluice: --max-records must be at least 1");
         return EXIT_CONFIG;
     }
+    let started = tokio::time::Instant::now();
     // Join the pool before anything starts: a worker whose definition differs must not.
     let pool = match &config.leases {
         Some(l) if !l.by_assignment() => match join_pool(l).await {
             Ok(joined) => Some(joined),
+            Err(EXIT_RUNTIME) => {
+                let mut summary = Stats::default().summary(started.elapsed());
+                summary.error = Some("cannot join the lease pool".into());
+                return report(&args, summary, EXIT_RUNTIME);
+            }
             Err(code) => return code,
         },
         _ => None,
     };
-    let source = match source::open(&config, !args.until_empty).await {
-        Ok(s) => s,
-        Err(e) => {
-            say!("sluice: cannot open the source: {e}");
-            return EXIT_RUNTIME;
-        }
-    };
-    let sink = match sink::open(&config).await {
-        Ok(s) => s,
-        Err(e) => {
-            say!("sluice: {e}");
-            return EXIT_RUNTIME;
-        }
-    };
     let stats = Arc::new(Stats::default());
+    let (code, summary) = match drain(&args, &config, pool, stats.clone()).await {
+        Ok(summary) => (0, summary),
+        Err(error) => {
+            say!("sluice: {error}");
+            let mut summary = stats.summary(started.elapsed());
+            summary.error = Some(crate::redact::redact(&error));
+            (EXIT_RUNTIME, summary)
+        }
+    };
+    report(&args, summary, code)
+}
+
+/// Prints the summary, in every case, so that a job's log says what was done before it
+/// failed; returns `code`.
+fn report(args: &RunArgs, summary: Summary, code: u8) -> u8 {
+    say!("sluice: {summary}");
+    if let Some(SummaryFormat::Json) = args.summary {
+        println!(
+            "{}",
+            serde_json::to_string(&summary).expect("summary serializes")
+        );
+    }
+    code
+}
+
+/// Opens the source and sink, wires the pipeline and runs it; the error says why it
+/// failed at whatever stage.
+async fn drain(
+    args: &RunArgs,
+    config: &Config,
+    pool: Option<(Arc<dyn LeaseStore>, PoolDefinition)>,
+    stats: Arc<Stats>,
+) -> Result<Summary, String> {
+    let source = source::open(config, !args.until_empty)
+        .await
+        .map_err(|e| format!("cannot open the source: {e}"))?;
+    let sink = sink::open(config).await.map_err(|e| e.to_string())?;
     // With leases the worker starts with its reserved rate and earns the rest.
     let initial_rate = match &config.leases {
         Some(l) if l.by_assignment() => l.reserved.max(1.0),
@@ -303,16 +332,12 @@ async fn run(args: RunArgs) -> u8 {
     let telemetry = match config.telemetry.listen {
         None => None,
         Some(listen) => {
-            match crate::telemetry::server::serve(listen, stats.clone(), pipeline.sink()).await {
-                Ok((addr, task)) => {
-                    tracing::info!("serving /metrics /healthz /readyz on http://{addr}");
-                    Some(task)
-                }
-                Err(e) => {
-                    say!("sluice: cannot listen on {listen} (telemetry.listen): {e}");
-                    return EXIT_RUNTIME;
-                }
-            }
+            let (addr, task) =
+                crate::telemetry::server::serve(listen, stats.clone(), pipeline.sink())
+                    .await
+                    .map_err(|e| format!("cannot listen on {listen} (telemetry.listen): {e}"))?;
+            tracing::info!("serving /metrics /healthz /readyz on http://{addr}");
+            Some(task)
         }
     };
     let progress = Progress::start(stats);
@@ -325,22 +350,7 @@ async fn run(args: RunArgs) -> u8 {
     if let Some(k) = keeper {
         let _ = k.await;
     }
-    match result {
-        Ok(summary) => {
-            say!("sluice: {summary}");
-            if let Some(SummaryFormat::Json) = args.summary {
-                println!(
-                    "{}",
-                    serde_json::to_string(&summary).expect("summary serializes")
-                );
-            }
-            0
-        }
-        Err(e) => {
-            say!("sluice: {e}");
-            EXIT_RUNTIME
-        }
-    }
+    result.map_err(|e| e.to_string())
 }
 
 async fn lease_store(l: &LeasesConfig) -> Result<Arc<dyn LeaseStore>, LeaseError> {

@@ -15,6 +15,7 @@ use crate::control::limit::fixed::FixedLimit;
 use crate::control::limit::gate::LimitGate;
 use crate::control::unexplained::UnexplainedFailures;
 use crate::record::{DeadLetter, Position, Row};
+use crate::shutdown::Shutdown;
 use crate::sink::{Sink, WriteOutcome};
 use crate::stats::Stats;
 use crate::telemetry::metrics::{REQUESTS, WRITE_SECONDS};
@@ -109,6 +110,26 @@ impl Delivery {
 
     /// Settles the batch; returns the positions that may now be acknowledged.
     pub async fn deliver(&self, batch: Batch) -> Result<Vec<Position>, FatalSinkError> {
+        self.deliver_until(batch, Shutdown::never()).await
+    }
+
+    /// As [`Delivery::deliver`], but once `stop` fires a batch that is only waiting to be
+    /// sent (a throttle pause, the retry budget, a backoff) is given up: no positions are
+    /// returned, so nothing is acknowledged and the source delivers it again next run. A
+    /// write already on the wire is waited for.
+    pub async fn deliver_until(
+        &self,
+        batch: Batch,
+        mut stop: Shutdown,
+    ) -> Result<Vec<Position>, FatalSinkError> {
+        let records = batch.positions.len();
+        let abandoned = || {
+            tracing::info!(
+                records,
+                "shutdown while waiting to retry: left unacknowledged, to be delivered again"
+            );
+            Ok(Vec::new())
+        };
         let mut dead = batch.dead;
         let mut todo = vec![Piece {
             rows: batch.rows,
@@ -123,11 +144,18 @@ impl Delivery {
                 continue;
             }
             if piece.retry {
-                self.pressure.retry_permit(piece.rows.len()).await;
+                if until(&mut stop, self.pressure.retry_permit(piece.rows.len()))
+                    .await
+                    .is_none()
+                {
+                    return abandoned();
+                }
             } else {
                 self.pressure.first_attempt();
             }
-            let sent_at = self.pressure.clear_to_send().await;
+            let Some(sent_at) = until(&mut stop, self.pressure.clear_to_send()).await else {
+                return abandoned();
+            };
             match self.write(&piece.rows).await {
                 WriteOutcome::Written {
                     inserted,
@@ -165,7 +193,9 @@ impl Delivery {
                     Stats::add(&self.stats.retries, 1);
                     let wait = self.pressure.outage_wait(outage);
                     tracing::warn!(?wait, "sink unavailable, retrying: {reason}");
-                    tokio::time::sleep(wait).await;
+                    if until(&mut stop, tokio::time::sleep(wait)).await.is_none() {
+                        return abandoned();
+                    }
                     piece.retry = true;
                     todo.push(piece);
                 }
@@ -179,7 +209,9 @@ impl Delivery {
                             ?wait,
                             "transient sink error: {reason}"
                         );
-                        tokio::time::sleep(wait).await;
+                        if until(&mut stop, tokio::time::sleep(wait)).await.is_none() {
+                            return abandoned();
+                        }
                         piece.retry = true;
                         todo.push(piece);
                     } else if piece.rows.len() > 1 {
@@ -292,6 +324,16 @@ impl Delivery {
     }
 }
 
+/// Waits for `wait` unless `stop` fires first (a wait that is over at once always wins);
+/// `None` when stopped.
+async fn until<T>(stop: &mut Shutdown, wait: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        biased;
+        done = wait => Some(done),
+        _ = stop.requested() => None,
+    }
+}
+
 /// Halves a piece; the halves keep its attempt count but start a new throttle streak.
 fn split(piece: Piece) -> [Piece; 2] {
     let mut first = piece.rows;
@@ -332,6 +374,8 @@ mod tests {
         transients: Mutex<u32>,
         burst: Option<usize>,
         broken: bool,
+        /// The Retry-After of the first `throttles` answers.
+        throttle_wait: Option<std::time::Duration>,
         written: Mutex<Vec<String>>,
         dead: Mutex<Vec<(String, String)>>,
         calls: Mutex<u32>,
@@ -351,7 +395,7 @@ mod tests {
             if *t > 0 {
                 *t -= 1;
                 return WriteOutcome::Throttled {
-                    retry_after: None,
+                    retry_after: self.throttle_wait,
                     reason: "429".into(),
                 };
             }
@@ -585,5 +629,107 @@ mod tests {
             assert!(result.is_err(), "no write succeeded, so no row is to blame");
             assert!(sink.dead.lock().unwrap().is_empty());
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_during_a_throttle_pause_leaves_the_batch_unacknowledged_at_once() {
+        let sink = Arc::new(RuleSink {
+            throttles: Mutex::new(u32::MAX),
+            throttle_wait: Some(std::time::Duration::from_secs(30)),
+            ..Default::default()
+        });
+        let (d, _) = delivery(sink.clone(), 8);
+        let d = Arc::new(d);
+        let (stop, stopped) = crate::shutdown::channel();
+        let task = tokio::spawn({
+            let d = d.clone();
+            async move {
+                d.deliver_until(
+                    Batch {
+                        rows: rows(10, &[]),
+                        dead: vec![],
+                        positions: vec![Position {
+                            lane: 0,
+                            start: 0,
+                            end: 10,
+                        }],
+                    },
+                    stopped,
+                )
+                .await
+            }
+        });
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert_eq!(*sink.calls.lock().unwrap(), 1, "sent once, then paused");
+        let asked = tokio::time::Instant::now();
+        stop.trigger();
+        let acked = task.await.unwrap().unwrap();
+        assert_eq!(asked.elapsed(), std::time::Duration::ZERO, "no waiting out");
+        assert!(acked.is_empty(), "nothing acknowledged: {acked:?}");
+        assert_eq!(*sink.calls.lock().unwrap(), 1, "not sent again");
+        assert!(sink.written.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_that_need_not_wait_is_still_written_after_shutdown() {
+        let sink = Arc::new(RuleSink::default());
+        let (d, _) = delivery(sink.clone(), 8);
+        let (stop, stopped) = crate::shutdown::channel();
+        stop.trigger();
+        let positions = vec![Position {
+            lane: 0,
+            start: 0,
+            end: 3,
+        }];
+        let acked = d
+            .deliver_until(
+                Batch {
+                    rows: rows(3, &[]),
+                    dead: vec![],
+                    positions: positions.clone(),
+                },
+                stopped,
+            )
+            .await
+            .unwrap();
+        assert_eq!(acked, positions);
+        assert_eq!(sink.written.lock().unwrap().len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_during_an_outage_backoff_gives_the_batch_up() {
+        struct Down;
+        #[async_trait]
+        impl Sink for Down {
+            async fn write(&self, _: &[Row]) -> WriteOutcome {
+                WriteOutcome::Unavailable("connection refused".into())
+            }
+            async fn dead_letter(&self, _: &[DeadLetter]) -> WriteOutcome {
+                WriteOutcome::Unavailable("connection refused".into())
+            }
+        }
+        let stats = Arc::new(Stats::default());
+        let d = Delivery::new(Arc::new(Down), &RetryConfig::default(), stats);
+        let (stop, stopped) = crate::shutdown::channel();
+        let started = tokio::time::Instant::now();
+        let task = tokio::spawn(async move {
+            d.deliver_until(
+                Batch {
+                    rows: rows(2, &[]),
+                    dead: vec![],
+                    positions: vec![Position {
+                        lane: 0,
+                        start: 0,
+                        end: 2,
+                    }],
+                },
+                stopped,
+            )
+            .await
+        });
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        stop.trigger();
+        assert!(task.await.unwrap().unwrap().is_empty());
+        assert_eq!(started.elapsed(), std::time::Duration::from_secs(5));
     }
 }

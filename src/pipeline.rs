@@ -177,7 +177,7 @@ impl Pipeline {
                 if n > 0 {
                     pulled_total += n;
                     Stats::add(&self.stats.pulled, n);
-                    in_flight.push(self.dispatch(pulled.records));
+                    in_flight.push(self.dispatch(pulled.records, shutdown.clone()));
                 }
                 if caught_up || n < u64::from(granted) {
                     allowance = 0;
@@ -300,9 +300,11 @@ impl Pipeline {
     }
 
     /// Decodes records and starts their delivery.
+    /// Once `stop` fires, a batch only waiting to be retried is given up unacknowledged.
     fn dispatch(
         &self,
         records: Vec<crate::record::Record>,
+        stop: Shutdown,
     ) -> JoinHandle<Result<Vec<Position>, FatalSinkError>> {
         let mut batch = Batch {
             positions: records.iter().map(|r| r.position).collect(),
@@ -315,7 +317,7 @@ impl Pipeline {
             }
         }
         let delivery = self.delivery.clone();
-        tokio::spawn(async move { delivery.deliver(batch).await })
+        tokio::spawn(async move { delivery.deliver_until(batch, stop).await })
     }
 
     async fn report_backlog(&mut self) {

@@ -25,6 +25,11 @@ impl ShutdownTrigger {
 }
 
 impl Shutdown {
+    /// A `Shutdown` that is never requested.
+    pub fn never() -> Shutdown {
+        channel().1
+    }
+
     /// Resolves once shutdown was requested (at once if it already was).
     pub async fn requested(&mut self) {
         if self.rx.wait_for(|stop| *stop).await.is_err() {

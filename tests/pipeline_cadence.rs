@@ -217,3 +217,154 @@ async fn shutdown_stops_pulling_and_settles_what_is_in_flight() {
     );
     assert_eq!(stats.batches_in_flight.load(Ordering::SeqCst), 0);
 }
+
+/// Every write answered "429, Retry-After: 30 s".
+struct ThrottlingSink {
+    writes: AtomicUsize,
+}
+
+#[async_trait]
+impl Sink for ThrottlingSink {
+    async fn write(&self, _rows: &[Row]) -> WriteOutcome {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        WriteOutcome::Throttled {
+            retry_after: Some(Duration::from_secs(30)),
+            reason: "HTTP 429".into(),
+        }
+    }
+    async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
+        WriteOutcome::Written {
+            inserted: letters.len() as u64,
+            duplicates: 0,
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_during_a_retry_after_pause_stops_at_once_and_acknowledges_nothing() {
+    let sink = Arc::new(ThrottlingSink {
+        writes: AtomicUsize::new(0),
+    });
+    let acked = Arc::new(AtomicUsize::new(0));
+    let stats = Arc::new(Stats::default());
+    let p = Pipeline::new(
+        Box::new(CountingSource {
+            next: 0,
+            total: 1_000,
+            acked: acked.clone(),
+        }),
+        sink.clone(),
+        Decoder::new(Some("/id".into())),
+        Cadence::new(100.0, Duration::from_millis(200), TokioClock::default()),
+        Delivery::new(sink.clone(), &RetryConfig::default(), stats.clone()),
+        stats,
+        RunOptions {
+            until_empty: true,
+            max_records: None,
+            max_batch: 1000,
+            max_in_flight: 4,
+            grace: Duration::from_secs(30),
+            capacity_by_share: None,
+            rate_ceiling: None,
+        },
+    );
+    let (trigger, shutdown) = shutdown::channel();
+    let run = tokio::spawn(p.run(shutdown));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sent = sink.writes.load(Ordering::SeqCst);
+    assert!(sent >= 1, "a write went out and was throttled");
+    let asked = Instant::now();
+    trigger.trigger();
+    let summary = run
+        .await
+        .unwrap()
+        .expect("a clean stop, not a grace-period failure");
+    assert!(
+        asked.elapsed() < Duration::from_millis(10),
+        "waited {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(summary.written, 0);
+    assert_eq!(acked.load(Ordering::SeqCst), 0, "nothing acknowledged");
+    assert_eq!(
+        sink.writes.load(Ordering::SeqCst),
+        sent,
+        "nothing sent after"
+    );
+}
+
+/// A source whose records show up only when it is polled, as a Kafka consumer's do.
+struct WatchedSource {
+    watched: Arc<AtomicUsize>,
+    inner: CountingSource,
+}
+
+#[async_trait]
+impl Source for WatchedSource {
+    async fn pull(&mut self, max: usize) -> Result<Pulled, SourceError> {
+        self.inner.pull(max).await
+    }
+    async fn ack(&mut self, positions: &[Position]) -> Result<(), SourceError> {
+        self.inner.ack(positions).await
+    }
+    async fn backlog(&mut self) -> Result<Backlog, SourceError> {
+        Ok(Backlog::Unknown)
+    }
+    async fn watch(&mut self) -> Result<bool, SourceError> {
+        self.watched.fetch_add(1, Ordering::SeqCst);
+        Ok(self.inner.next < self.inner.total)
+    }
+    async fn close(&mut self, _drained: bool) -> Result<(), SourceError> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_granted_nothing_still_watches_its_source() {
+    let sink = Arc::new(TimingSink {
+        start: Instant::now(),
+        latency: Duration::ZERO,
+        writes: Mutex::new(Vec::new()),
+        in_flight: AtomicUsize::new(0),
+        peak_in_flight: AtomicUsize::new(0),
+    });
+    let watched = Arc::new(AtomicUsize::new(0));
+    let stats = Arc::new(Stats::default());
+    // As after a drain: the last pull caught up, and the worker holds no capacity.
+    stats.source_caught_up.store(true, Ordering::SeqCst);
+    let p = Pipeline::new(
+        Box::new(WatchedSource {
+            watched: watched.clone(),
+            inner: CountingSource {
+                next: 0,
+                total: 100,
+                acked: Arc::new(AtomicUsize::new(0)),
+            },
+        }),
+        sink.clone(),
+        Decoder::new(Some("/id".into())),
+        Cadence::new(0.0, Duration::from_millis(200), TokioClock::default()),
+        Delivery::new(sink.clone(), &RetryConfig::default(), stats.clone()),
+        stats.clone(),
+        RunOptions {
+            until_empty: true,
+            max_records: None,
+            max_batch: 1000,
+            max_in_flight: 4,
+            grace: Duration::from_secs(30),
+            capacity_by_share: None,
+            rate_ceiling: None,
+        },
+    );
+    let rate = p.target_rate();
+    rate.set(0.0);
+    let run = tokio::spawn(p.run(shutdown::channel().1));
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    assert_eq!(watched.load(Ordering::SeqCst), 5, "watched once a tick");
+    assert!(sink.writes.lock().unwrap().is_empty(), "nothing granted");
+    assert!(stats.has_backlog(), "the records it saw count as a backlog");
+    // What a lease keeper does on seeing that backlog.
+    rate.set(100.0);
+    let summary = run.await.unwrap().unwrap();
+    assert_eq!(summary.written, 100);
+}
