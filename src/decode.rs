@@ -95,6 +95,18 @@ mod tests {
     }
 
     #[test]
+    fn numbers_keep_every_digit() {
+        let d = Decoder::new(Some("/id".into()));
+        let payload =
+            r#"{"id":123456789012345678901234567890,"x":1.0000000000000000001,"y":1e400}"#;
+        let row = d.decode(rec(payload)).unwrap();
+        assert_eq!(row.key, "123456789012345678901234567890");
+        assert_eq!(row.payload, payload);
+        let huge = Decoder::new(Some("/y".into()));
+        assert_eq!(huge.decode(rec(payload)).unwrap().key, "1e+400");
+    }
+
+    #[test]
     fn bad_records_become_dead_letters_with_reasons() {
         let d = Decoder::new(Some("/id".into()));
         assert!(
