@@ -291,6 +291,9 @@ pub struct SinkConfig {
     /// PostgreSQL with `columns`: the column that receives the record key; it must carry a
     /// unique index so redelivery is absorbed.
     pub key_column: Option<String>,
+    /// PostgreSQL with `columns`: "strict" (default) writes a value only into a column of
+    /// its own JSON type; "lenient" also lets PostgreSQL parse scalars (README's table).
+    pub coerce: Option<crate::sink::postgres::coerce::Coerce>,
     /// PostgreSQL: SQLSTATEs that mean "slow down" (treated like HTTP 429), e.g. "53300".
     #[serde(default)]
     pub throttle_sqlstates: Vec<String>,

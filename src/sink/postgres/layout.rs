@@ -8,8 +8,25 @@ use sqlx::query::Query;
 use sqlx::{Arguments, AssertSqlSafe};
 use std::sync::Arc;
 
+use super::coerce::{Coerce, ColumnKind, convert};
 use crate::record::Row;
 use crate::sink::identifier::quote;
+
+/// One column of an existing table and where its value comes from.
+#[derive(Debug, Clone)]
+pub struct MappedColumn {
+    pub name: String,
+    /// JSON pointer into the payload; `""` is the whole payload.
+    pub pointer: String,
+    pub kind: ColumnKind,
+}
+
+/// Rows of a batch that can never go in, and why (one reason: the first met).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    pub rows: Vec<usize>,
+    pub reason: String,
+}
 
 /// Where each row goes and the statement that puts it there.
 #[derive(Debug, Clone)]
@@ -20,12 +37,14 @@ pub enum Layout {
     /// is inserted instead, as three parallel arrays unnested server-side.
     Created { copy: Arc<str>, insert: Arc<str> },
     /// An existing table: the key column gets the record key, each mapped column the
-    /// value at its JSON pointer. Rows travel as one JSON array that PostgreSQL turns into
-    /// the table's row type, so each value is converted by its column's own type.
+    /// value at its JSON pointer, converted by the JSON × column table of `coerce`. Rows
+    /// travel as one JSON array that PostgreSQL turns into the table's row type; numbers
+    /// keep their exact text all the way (jsonb numbers are `numeric`).
     Mapped {
         insert: Arc<str>,
         key_column: String,
-        columns: Vec<(String, String)>,
+        columns: Vec<MappedColumn>,
+        coerce: Coerce,
     },
 }
 
@@ -43,11 +62,17 @@ impl Layout {
         }
     }
 
-    /// `columns`: column → JSON pointer; names are validated identifiers.
-    pub fn mapped(table: &str, key_column: &str, columns: &[(String, String)]) -> Self {
-        let table = quote(table);
+    /// `table`: the schema-qualified, quoted name (`"public"."money"`): unqualified, a
+    /// table named after a type (money, interval) would name the type in `NULL::table`.
+    /// Column names are validated identifiers.
+    pub fn mapped(
+        table: &str,
+        key_column: &str,
+        columns: Vec<MappedColumn>,
+        coerce: Coerce,
+    ) -> Self {
         let names: Vec<String> = std::iter::once(key_column)
-            .chain(columns.iter().map(|(c, _)| c.as_str()))
+            .chain(columns.iter().map(|c| c.name.as_str()))
             .map(quote)
             .collect();
         let selected: Vec<String> = names.iter().map(|n| format!("r.{n}")).collect();
@@ -62,7 +87,15 @@ impl Layout {
             )
             .into(),
             key_column: key_column.to_string(),
-            columns: columns.to_vec(),
+            columns,
+            coerce,
+        }
+    }
+
+    /// The statement a batch runs (`check` prepares it to prove the mapping works).
+    pub fn statement(&self) -> &str {
+        match self {
+            Layout::Created { insert, .. } | Layout::Mapped { insert, .. } => insert,
         }
     }
 
@@ -84,30 +117,51 @@ impl Layout {
         data.push(b'\n');
     }
 
-    /// The batch's insert statement with its arguments bound.
-    pub fn insert(&self, rows: &[Row]) -> Result<Query<'static, Postgres, PgArguments>, String> {
+    /// The batch's insert statement with its arguments bound, or the rows that cannot go in.
+    pub fn insert(&self, rows: &[Row]) -> Result<Query<'static, Postgres, PgArguments>, Refused> {
+        let encoding = |e: sqlx::error::BoxDynError| Refused {
+            rows: Vec::new(),
+            reason: format!("cannot encode the batch: {e}"),
+        };
         let mut args = PgArguments::default();
         let sql = match self {
             Layout::Created { insert, .. } => {
                 let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
                 let payloads: Vec<&str> = rows.iter().map(|r| r.payload.as_str()).collect();
                 let origins: Vec<&str> = rows.iter().map(|r| r.origin.as_str()).collect();
-                args.add(keys).map_err(|e| e.to_string())?;
-                args.add(payloads).map_err(|e| e.to_string())?;
-                args.add(origins).map_err(|e| e.to_string())?;
+                args.add(keys).map_err(encoding)?;
+                args.add(payloads).map_err(encoding)?;
+                args.add(origins).map_err(encoding)?;
                 insert.clone()
             }
             Layout::Mapped {
                 insert,
                 key_column,
                 columns,
+                coerce,
             } => {
-                let objects = rows
-                    .iter()
-                    .map(|row| mapped_object(row, key_column, columns))
-                    .collect::<Vec<_>>();
+                let mut objects = Vec::with_capacity(rows.len());
+                let mut refused: Option<Refused> = None;
+                for (i, row) in rows.iter().enumerate() {
+                    match mapped_object(row, key_column, columns, *coerce) {
+                        Ok(object) => objects.push(object),
+                        Err(reason) => match &mut refused {
+                            Some(r) if r.reason == reason => r.rows.push(i),
+                            Some(_) => {}
+                            None => {
+                                refused = Some(Refused {
+                                    rows: vec![i],
+                                    reason,
+                                })
+                            }
+                        },
+                    }
+                }
+                if let Some(refused) = refused {
+                    return Err(refused);
+                }
                 args.add(Value::Array(objects).to_string())
-                    .map_err(|e| e.to_string())?;
+                    .map_err(encoding)?;
                 insert.clone()
             }
         };
@@ -163,23 +217,38 @@ fn first_special(bytes: &[u8]) -> Option<usize> {
         .map(|i| base + i)
 }
 
-/// `{key_column: key, column: value at its pointer, …}`; a missing value is left out
-/// (NULL in the row).
-fn mapped_object(row: &Row, key_column: &str, columns: &[(String, String)]) -> Value {
+/// `{key_column: key, column: value at its pointer, …}`; a missing or null value is left
+/// out (NULL in the row). The key goes in as text, for the key column's input function.
+fn mapped_object(
+    row: &Row,
+    key_column: &str,
+    columns: &[MappedColumn],
+    coerce: Coerce,
+) -> Result<Value, String> {
     let payload: Value = serde_json::from_str(&row.payload).unwrap_or(Value::Null);
     let mut object = Map::with_capacity(columns.len() + 1);
     object.insert(key_column.to_string(), Value::String(row.key.clone()));
-    for (column, pointer) in columns {
-        if let Some(value) = payload.pointer(pointer).filter(|v| !v.is_null()) {
-            object.insert(column.clone(), value.clone());
+    for column in columns {
+        if let Some(value) = payload.pointer(&column.pointer).filter(|v| !v.is_null()) {
+            let value = convert(value, &column.kind, coerce)
+                .map_err(|e| format!("column {} (from {:?}) {e}", column.name, column.pointer))?;
+            object.insert(column.name.clone(), value);
         }
     }
-    Value::Object(object)
+    Ok(Value::Object(object))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn column(name: &str, pointer: &str, kind: ColumnKind) -> MappedColumn {
+        MappedColumn {
+            name: name.into(),
+            pointer: pointer.into(),
+            kind,
+        }
+    }
 
     #[test]
     fn statements_quote_every_name() {
@@ -191,14 +260,12 @@ mod tests {
             &*copy,
             "COPY \"ingest\".\"records\" (key, payload, source) FROM STDIN"
         );
-        let columns = vec![("amount".to_string(), "/amount".to_string())];
-        let Layout::Mapped { insert, .. } = Layout::mapped("orders", "order_id", &columns) else {
-            unreachable!()
-        };
+        let columns = vec![column("amount", "/amount", ColumnKind::Number)];
+        let mapped = Layout::mapped("\"public\".\"money\"", "order_id", columns, Coerce::Strict);
         assert_eq!(
-            &*insert,
-            "INSERT INTO \"orders\" (\"order_id\", \"amount\") SELECT r.\"order_id\", r.\"amount\" \
-             FROM jsonb_populate_recordset(NULL::\"orders\", $1::text::jsonb) AS r \
+            mapped.statement(),
+            "INSERT INTO \"public\".\"money\" (\"order_id\", \"amount\") SELECT r.\"order_id\", r.\"amount\" \
+             FROM jsonb_populate_recordset(NULL::\"public\".\"money\", $1::text::jsonb) AS r \
              ON CONFLICT (\"order_id\") DO NOTHING"
         );
     }
@@ -247,20 +314,49 @@ mod tests {
     fn mapped_rows_take_values_at_their_pointers() {
         let row = Row {
             key: "7".into(),
-            payload: r#"{"id":7,"o":{"amount":12.5},"note":null}"#.into(),
+            payload:
+                r#"{"id":7,"o":{"amount":12.5},"note":null,"big":123456789012345678901234567890}"#
+                    .into(),
             origin: "t/0/1".into(),
         };
         let columns = vec![
-            ("amount".to_string(), "/o/amount".to_string()),
-            ("note".to_string(), "/note".to_string()),
-            ("missing".to_string(), "/nope".to_string()),
-            ("doc".to_string(), "".to_string()),
+            column("amount", "/o/amount", ColumnKind::Number),
+            column("note", "/note", ColumnKind::Text),
+            column("missing", "/nope", ColumnKind::Text),
+            column("doc", "", ColumnKind::Json),
         ];
-        let object = mapped_object(&row, "order_id", &columns);
+        let object = mapped_object(&row, "order_id", &columns, Coerce::Strict).unwrap();
         assert_eq!(object["order_id"], "7");
         assert_eq!(object["amount"], 12.5);
         assert!(object.get("note").is_none());
         assert!(object.get("missing").is_none());
         assert_eq!(object["doc"]["id"], 7);
+        assert_eq!(
+            object["doc"]["big"].to_string(),
+            "123456789012345678901234567890"
+        );
+    }
+
+    #[test]
+    fn a_batch_names_the_rows_that_cannot_go_in() {
+        let columns = vec![column("n", "/n", ColumnKind::Integer { min: 0, max: 9 })];
+        let layout = Layout::mapped("\"t\"", "k", columns, Coerce::Strict);
+        let row = |payload: &str| Row {
+            key: "k".into(),
+            payload: payload.into(),
+            origin: "o".into(),
+        };
+        let rows = [
+            row(r#"{"n":1.5}"#),
+            row(r#"{"n":1}"#),
+            row(r#"{"n":2.5}"#),
+            row(r#"{"n":"x"}"#),
+        ];
+        let Err(refused) = layout.insert(&rows) else {
+            panic!("1.5 is no integer")
+        };
+        assert_eq!(refused.rows, vec![0]);
+        assert!(refused.reason.contains("column n"), "{}", refused.reason);
+        assert!(layout.insert(&rows[1..2]).is_ok());
     }
 }

@@ -2,6 +2,7 @@
 //! DO NOTHING` on the key so redelivery never duplicates a row, and errors sorted by
 //! SQLSTATE so the delivery knows whether to wait, retry, split or stop.
 
+pub mod coerce;
 pub mod layout;
 pub mod settings;
 pub mod sqlstate;
@@ -12,9 +13,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, Postgres};
-use sqlx::{Connection, Executor};
+use sqlx::{Connection, Executor, SqlSafeStr};
 
-use self::layout::Layout;
+use self::coerce::ColumnKind;
+use self::layout::{Layout, MappedColumn};
 use self::sqlstate::{ErrorClass, Phase, classify};
 use super::identifier::quote;
 use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
@@ -63,16 +65,34 @@ impl PostgresSink {
                     .iter()
                     .map(|(c, p)| (c.clone(), p.clone()))
                     .collect();
-                inspect(&pool, &sink.table, key_column, &columns)
+                let table = inspect(&pool, &sink.table, key_column, &columns)
                     .await
                     .map_err(|e| fail(&e))?;
-                Layout::mapped(&sink.table, key_column, &columns)
+                let columns = columns
+                    .into_iter()
+                    .map(|(name, pointer)| MappedColumn {
+                        kind: table.kinds[&name].clone(),
+                        name,
+                        pointer,
+                    })
+                    .collect();
+                Layout::mapped(
+                    &table.qualified,
+                    key_column,
+                    columns,
+                    sink.coerce.unwrap_or_default(),
+                )
             }
         };
         let create_table = matches!(layout, Layout::Created { .. }).then_some(sink.table.as_str());
         create_tables(&pool, create_table)
             .await
             .map_err(|e| fail(&e))?;
+        // What `check` and start-up promise: the statement every batch runs is valid.
+        (&pool)
+            .prepare(sqlx::AssertSqlSafe(layout.statement()).into_sql_str())
+            .await
+            .map_err(|e| fail(&format!("the insert statement does not prepare: {e}")))?;
         Ok(PostgresSink {
             pool,
             layout,
@@ -179,6 +199,17 @@ impl PostgresSink {
     }
 }
 
+/// An existing table as the mapped layout needs it.
+struct Inspected {
+    /// `"schema"."table"`, as the search path resolved it.
+    qualified: String,
+    /// Column → what it takes.
+    kinds: std::collections::HashMap<String, ColumnKind>,
+}
+
+/// A column's name, its type's name and category, and for an array its element's.
+type Attribute = (String, String, String, Option<String>, Option<String>);
+
 /// Checks that an existing table can take mapped rows: it exists, every column exists,
 /// and the key column carries a unique index (or `ON CONFLICT` would fail every batch).
 async fn inspect(
@@ -186,16 +217,20 @@ async fn inspect(
     table: &str,
     key_column: &str,
     columns: &[(String, String)],
-) -> Result<(), String> {
+) -> Result<Inspected, String> {
     let quoted = quote(table);
-    let present: Vec<String> = sqlx::query_scalar(
-        "SELECT attname::text FROM pg_attribute \
-         WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped",
+    let attributes: Vec<Attribute> = sqlx::query_as(
+        "SELECT a.attname::text, t.typname::text, t.typcategory::text, \
+                    e.typname::text, e.typcategory::text \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' \
+             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
     )
     .bind(&quoted)
     .fetch_all(pool)
     .await
     .map_err(|e| e.to_string())?;
+    let present: Vec<String> = attributes.iter().map(|a| a.0.clone()).collect();
     if present.is_empty() {
         return Err(format!(
             "table {table} does not exist; with [sink.columns] sluice writes into an existing table"
@@ -225,7 +260,26 @@ async fn inspect(
             "column {key_column} of {table} has no unique index: redelivered records would be inserted twice (set sink.key_column to the key's column)"
         ));
     }
-    Ok(())
+    let (schema, name): (String, String) = sqlx::query_as(
+        "SELECT n.nspname::text, c.relname::text FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)",
+    )
+    .bind(&quoted)
+    .fetch_one(pool)
+    .await
+    .map_err(|e| e.to_string())?;
+    let ident = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let kinds = attributes
+        .into_iter()
+        .map(|(column, typname, category, element, element_category)| {
+            let element = element.as_deref().zip(element_category.as_deref());
+            (column, ColumnKind::from_pg(&typname, &category, element))
+        })
+        .collect();
+    Ok(Inspected {
+        qualified: format!("{}.{}", ident(&schema), ident(&name)),
+        kinds,
+    })
 }
 
 /// Creates the records table (when sluice owns its shape) and the dead-letter table.
@@ -316,7 +370,13 @@ impl Sink for PostgresSink {
         }
         let query = match self.layout.insert(rows) {
             Ok(q) => q,
-            Err(e) => return WriteOutcome::Fatal(format!("cannot encode the batch: {e}")),
+            Err(refused) if refused.rows.is_empty() => return WriteOutcome::Fatal(refused.reason),
+            Err(refused) => {
+                return WriteOutcome::Rejected {
+                    rows: Some(refused.rows),
+                    reason: refused.reason,
+                };
+            }
         };
         match query.execute(&mut *conn).await {
             Ok(done) => {

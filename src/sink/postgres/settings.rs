@@ -9,6 +9,7 @@ pub fn validate(sink: &SinkConfig) -> Result<(), ConfigError> {
         let stray = [
             ("sink.columns", sink.columns.is_some()),
             ("sink.key_column", sink.key_column.is_some()),
+            ("sink.coerce", sink.coerce.is_some()),
             (
                 "sink.throttle_sqlstates",
                 !sink.throttle_sqlstates.is_empty(),
@@ -75,6 +76,12 @@ pub fn validate(sink: &SinkConfig) -> Result<(), ConfigError> {
                 ),
             ));
         }
+    }
+    if sink.coerce.is_some() && sink.columns.is_none() {
+        return Err(ConfigError::invalid(
+            "sink.coerce",
+            "only applies with [sink.columns] (a created table stores the whole record as jsonb)",
+        ));
     }
     for code in &sink.throttle_sqlstates {
         let valid = code.len() == 5
@@ -174,5 +181,8 @@ mod tests {
         sink.kind = SinkKind::Sqlite;
         sink.throttle_sqlstates = vec!["53300".into()];
         assert_eq!(key_of(&sink), "sink.throttle_sqlstates");
+        let mut sink = postgres();
+        sink.coerce = Some(crate::sink::postgres::coerce::Coerce::Lenient);
+        assert_eq!(key_of(&sink), "sink.coerce");
     }
 }
