@@ -4,6 +4,7 @@
 
 pub mod coerce;
 pub mod layout;
+pub mod nodelay;
 pub mod settings;
 pub mod sqlstate;
 
@@ -54,6 +55,9 @@ impl PostgresSink {
         let pool = PgPoolOptions::new()
             .max_connections(connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .after_connect(|conn, _| {
+                Box::pin(async move { nodelay::disable_nagle(conn).await.map(drop) })
+            })
             .connect_with(options)
             .await
             .map_err(|e| fail(&e))?;
