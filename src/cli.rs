@@ -586,23 +586,15 @@ async fn plan(args: ReportArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let mut source = match source::open(&config, false).await {
-        Ok(s) => s,
-        Err(e) => {
-            say!("sluice: cannot open the source: {e}");
-            return EXIT_RUNTIME;
-        }
-    };
-    let backlog = source.count_backlog().await;
-    let _ = source.close(false).await;
-    let backlog = match backlog {
+    let backlog = match source::inspect_backlog(&config).await {
         Ok(b) => b,
         Err(e) => {
             say!("sluice: cannot read the backlog: {e}");
             return EXIT_RUNTIME;
         }
     };
-    let mut plan = crate::plan::Plan::new(&config, backlog);
+    let mut plan = crate::plan::Plan::new(&config, backlog.records);
+    plan.backlog_note = backlog.note;
     if let Some(l) = &config.leases {
         let pooled = match lease_store(l).await {
             Ok(store) => plan.clone().with_pool(&config, store.as_ref()).await,

@@ -22,6 +22,7 @@ impl Decoder {
             raw: record.payload,
             reason,
             attempts: 1,
+            context: Box::new(record.context),
         };
         if let Some(len) = record.oversize {
             let limit = record.payload.len();
@@ -31,6 +32,15 @@ impl Decoder {
                     "record of {len} bytes exceeds source.max_record_bytes ({limit}); raw holds its first {limit} bytes"
                 ),
             ));
+        }
+        if record.context.tombstone {
+            return Err(reject(
+                record,
+                "tombstone: the message has no value (a delete marker), nothing to write".into(),
+            ));
+        }
+        if record.payload.trim_ascii().is_empty() {
+            return Err(reject(record, "empty record: no JSON value".into()));
         }
         let value: Value = match serde_json::from_slice(&record.payload) {
             Ok(v) => v,
@@ -45,7 +55,7 @@ impl Decoder {
                 Some(Value::String(s)) if s.is_empty() => {
                     return Err(reject(record, format!("empty key {pointer}")));
                 }
-                Some(Value::String(s)) => s.clone(),
+                Some(Value::String(s)) => string_key(s),
                 Some(other @ (Value::Number(_) | Value::Bool(_))) => other.to_string(),
                 Some(_) => {
                     return Err(reject(
@@ -61,7 +71,20 @@ impl Decoder {
             key,
             payload: payload.trim_end().to_string(),
             origin: record.origin,
+            context: record.context,
         })
+    }
+}
+
+/// A string key as stored: as it is, unless its text would read as another JSON type
+/// (`"5"` next to `5`, `"true"` next to `true`) or as a quoted string; then in its JSON
+/// form, quotes included. Keys of different JSON types never collide, and every key that
+/// could not be mistaken (a UUID, a name) is stored exactly as before.
+fn string_key(s: &str) -> String {
+    if serde_json::from_str::<Value>(s).is_ok_and(|v| !v.is_array() && !v.is_object()) {
+        Value::String(s.to_string()).to_string()
+    } else {
+        s.to_string()
     }
 }
 
@@ -81,6 +104,7 @@ mod tests {
             fallback_key: "in:1".into(),
             payload: payload.as_bytes().to_vec(),
             oversize: None,
+            context: Default::default(),
         }
     }
 
@@ -136,5 +160,47 @@ mod tests {
         let mut big = rec("{\"id\":");
         big.oversize = Some(5_000_000);
         assert!(d.decode(big).unwrap_err().reason.contains("5000000 bytes"));
+    }
+
+    #[test]
+    fn keys_keep_their_json_type() {
+        let d = Decoder::new(Some("/id".into()));
+        let key = |json: &str| d.decode(rec(json)).unwrap().key;
+        assert_eq!(key(r#"{"id":5}"#), "5");
+        assert_eq!(key(r#"{"id":"5"}"#), r#""5""#);
+        assert_eq!(key(r#"{"id":true}"#), "true");
+        assert_eq!(key(r#"{"id":"true"}"#), r#""true""#);
+        assert_eq!(key(r#"{"id":"null"}"#), r#""null""#);
+        assert_eq!(key(r#"{"id":"\"5\""}"#), r#""\"5\"""#);
+        // Keys that no other type could produce are stored as they are.
+        assert_eq!(key(r#"{"id":"abc"}"#), "abc");
+        assert_eq!(key(r#"{"id":"0042"}"#), "0042");
+        assert_eq!(key(r#"{"id":"[1]"}"#), "[1]");
+        assert_eq!(
+            key(r#"{"id":"6f1c-uuid"}"#),
+            "6f1c-uuid",
+            "a UUID-like key is unchanged"
+        );
+    }
+
+    #[test]
+    fn tombstones_and_empty_records_say_what_they_are() {
+        let d = Decoder::new(Some("/id".into()));
+        let mut tombstone = rec("");
+        tombstone.context.tombstone = true;
+        tombstone.context.key = Some(b"order-1".to_vec());
+        let letter = d.decode(tombstone).unwrap_err();
+        assert!(letter.reason.starts_with("tombstone:"), "{}", letter.reason);
+        assert_eq!(letter.context.key.as_deref(), Some(&b"order-1"[..]));
+        for empty in ["", " \n"] {
+            let reason = d.decode(rec(empty)).unwrap_err().reason;
+            assert_eq!(reason, "empty record: no JSON value");
+        }
+        assert!(
+            d.decode(rec("{"))
+                .unwrap_err()
+                .reason
+                .starts_with("malformed JSON")
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! the batch is then sent again as it is. Every retry is paid for by the retry budget.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::backpressure::Backpressure;
 use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
@@ -291,36 +292,48 @@ impl Delivery {
     }
 
     /// Dead letters must be stored before the batch is acknowledged; their table takes
-    /// anything, so only an outage or a fatal error can stand in the way.
+    /// anything, so only an outage or a fatal error can stand in the way. A store that keeps
+    /// failing is an outage: retried without limit, the worker not ready meanwhile.
     async fn store_dead_letters(&self, dead: &[DeadLetter]) -> Result<(), FatalSinkError> {
         if dead.is_empty() {
             return Ok(());
         }
         let mut attempt = 0;
-        loop {
+        let outcome = loop {
             match self.sink.dead_letter(dead).await {
                 WriteOutcome::Written { .. } => {
                     Stats::add(&self.stats.dead_lettered, dead.len() as u64);
-                    return Ok(());
+                    break Ok(());
                 }
                 WriteOutcome::Fatal(reason)
                 | WriteOutcome::Unexplained(reason)
                 | WriteOutcome::Rejected { reason, .. } => {
-                    return Err(FatalSinkError(format!(
+                    break Err(FatalSinkError(format!(
                         "cannot store dead letters: {reason}"
                     )));
                 }
                 WriteOutcome::Throttled { reason, .. }
                 | WriteOutcome::Unavailable(reason)
                 | WriteOutcome::Transient(reason) => {
+                    if attempt == 0 {
+                        self.stats.dead_letter_outages.fetch_add(1, Relaxed);
+                    }
                     attempt += 1;
                     Stats::add(&self.stats.retries, 1);
                     let wait = self.backoff.delay(attempt, &mut rand::rng());
-                    tracing::warn!(?wait, "storing dead letters failed, retrying: {reason}");
+                    tracing::warn!(
+                        letters = dead.len(),
+                        ?wait,
+                        "storing dead letters failed, retrying; their records stay unacknowledged: {reason}"
+                    );
                     tokio::time::sleep(wait).await;
                 }
             }
+        };
+        if attempt > 0 {
+            self.stats.dead_letter_outages.fetch_sub(1, Relaxed);
         }
+        outcome
     }
 }
 
@@ -379,6 +392,8 @@ mod tests {
         written: Mutex<Vec<String>>,
         dead: Mutex<Vec<(String, String)>>,
         calls: Mutex<u32>,
+        /// The dead-letter store refuses this many times (a full disk).
+        store_failures: Mutex<u32>,
     }
 
     #[async_trait]
@@ -426,6 +441,11 @@ mod tests {
             }
         }
         async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
+            let mut failures = self.store_failures.lock().unwrap();
+            if *failures > 0 {
+                *failures -= 1;
+                return WriteOutcome::Unavailable("No space left on device".into());
+            }
             self.dead.lock().unwrap().extend(
                 letters
                     .iter()
@@ -453,6 +473,7 @@ mod tests {
                     "{}".into()
                 },
                 origin: format!("t:{i}"),
+                ..Default::default()
             })
             .collect()
     }
@@ -731,5 +752,43 @@ mod tests {
         stop.trigger();
         assert!(task.await.unwrap().unwrap().is_empty());
         assert_eq!(started.elapsed(), std::time::Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_dead_letter_store_holds_the_batch_until_it_takes_the_letters() {
+        let sink = Arc::new(RuleSink {
+            store_failures: Mutex::new(1000),
+            ..Default::default()
+        });
+        let (d, stats) = delivery(sink.clone(), 8);
+        let d = Arc::new(d);
+        let positions = vec![Position {
+            lane: 0,
+            start: 0,
+            end: 1,
+        }];
+        let batch = Batch {
+            rows: rows(4, &[2]),
+            dead: vec![],
+            positions: positions.clone(),
+        };
+        let task = tokio::spawn({
+            let d = d.clone();
+            async move { d.deliver(batch).await }
+        });
+        // An hour of a full disk: never settled, never counted, the worker not ready.
+        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+        assert!(!task.is_finished());
+        assert_eq!(stats.dead_lettered.load(Relaxed), 0);
+        assert_eq!(stats.dead_letter_outages.load(Relaxed), 1);
+        assert!(
+            *sink.store_failures.lock().unwrap() < 900,
+            "retried all along"
+        );
+        *sink.store_failures.lock().unwrap() = 0;
+        assert_eq!(task.await.unwrap().unwrap(), positions);
+        assert_eq!(stats.dead_lettered.load(Relaxed), 1);
+        assert_eq!(stats.dead_letter_outages.load(Relaxed), 0);
+        assert_eq!(sink.dead.lock().unwrap().len(), 1);
     }
 }

@@ -12,6 +12,9 @@ use crate::lease::LeaseStore;
 pub struct Plan {
     /// Records waiting in the source, None if it cannot tell.
     pub backlog: Option<u64>,
+    /// What the backlog leaves out, where the source cannot count everything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backlog_note: Option<String>,
     /// Records per second this worker may use now.
     pub worker_rate: f64,
     /// With leases: the pool's capacity and how much of it is held right now.
@@ -35,6 +38,7 @@ impl Plan {
         };
         let mut plan = Plan {
             backlog,
+            backlog_note: None,
             worker_rate,
             pool_capacity: config.leases.as_ref().map(|l| l.capacity),
             pool_held_rate: None,
@@ -112,6 +116,9 @@ impl std::fmt::Display for Plan {
                 thousands(self.worker_rate.round() as u64)
             )?;
         }
+        if let Some(note) = &self.backlog_note {
+            write!(f, "\n{note}")?;
+        }
         Ok(())
     }
 }
@@ -155,8 +162,9 @@ mod tests {
 
     #[test]
     fn eta_is_backlog_over_rate() {
-        let plan = Plan {
+        let mut plan = Plan {
             backlog: Some(1_234_567),
+            backlog_note: None,
             worker_rate: 800.0,
             pool_capacity: None,
             pool_held_rate: None,
@@ -166,6 +174,11 @@ mod tests {
         assert_eq!(
             plan.to_string(),
             "1,234,567 records queued; at 800 rec/s about 25 min 43 s"
+        );
+        plan.backlog_note = Some("ready messages only".into());
+        assert!(
+            plan.to_string()
+                .ends_with("25 min 43 s\nready messages only")
         );
     }
 }

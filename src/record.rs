@@ -24,15 +24,32 @@ pub struct Record {
     /// Set when the source cut the payload short because it exceeded the size limit;
     /// holds the record's real length in bytes.
     pub oversize: Option<u64>,
+    pub context: SourceContext,
+}
+
+/// What the source said about a record besides its payload. Kept with the record so that
+/// a dead letter can say which message it was (a Kafka key and headers identify a message
+/// to its producer better than an offset does).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceContext {
+    /// The message key (Kafka), as sent.
+    pub key: Option<Vec<u8>>,
+    /// Message headers in order (Kafka headers, the AMQP header table); a value as sent,
+    /// or None for a header without one.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// The message had no value at all (a Kafka tombstone), not merely an empty one.
+    pub tombstone: bool,
 }
 
 /// A decoded record, ready for the sink.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Row {
     pub key: String,
     /// Validated JSON text.
     pub payload: String,
     pub origin: String,
+    /// Carried along only for a dead letter, should the sink refuse the row.
+    pub context: SourceContext,
 }
 
 /// A record that will never be written, with why.
@@ -43,6 +60,8 @@ pub struct DeadLetter {
     pub raw: Vec<u8>,
     pub reason: String,
     pub attempts: u32,
+    /// Boxed: most letters carry none, and a decode result stays small.
+    pub context: Box<SourceContext>,
 }
 
 impl DeadLetter {
@@ -53,6 +72,7 @@ impl DeadLetter {
             raw: row.payload.clone().into_bytes(),
             reason: reason.into(),
             attempts,
+            context: Box::new(row.context.clone()),
         }
     }
 }

@@ -26,6 +26,8 @@ pub struct Stats {
     pub source_up: AtomicBool,
     /// Shutdown was requested: no more pulls.
     pub stopping: AtomicBool,
+    /// Batches waiting for the dead-letter store to take their letters (it is failing).
+    pub dead_letter_outages: AtomicU64,
     /// The cadence's current rate, records/s.
     pub rate_limit: AtomicF64,
     pub concurrency_limit: AtomicU64,

@@ -54,6 +54,7 @@ mod tests {
             key: key.into(),
             payload: "{}".into(),
             origin: format!("t:{key}"),
+            ..Default::default()
         };
         DeadLetter::from_row(&row, "SQLSTATE XX000: odd", 1)
     }

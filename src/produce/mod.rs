@@ -96,6 +96,7 @@ fn key_of(decoder: &Decoder, line: &[u8]) -> Option<String> {
         fallback_key: String::new(),
         payload: line.to_vec(),
         oversize: None,
+        context: Default::default(),
     };
     decoder.decode(record).ok().map(|row| row.key)
 }

@@ -270,6 +270,7 @@ mod tests {
             key: "k".into(),
             payload: "{}".into(),
             origin: "t:0".into(),
+            ..Default::default()
         }]
     }
 

@@ -2,6 +2,10 @@
 //! (http): a database table or an NDJSON file. Like the sink itself, a store must hold a
 //! letter durably before its record is acknowledged, and keeps one copy of a letter that
 //! is stored twice (a redelivered bad record).
+//!
+//! Every letter says where it was going (`target`: the sink table, or the HTTP endpoint),
+//! so that pipelines sharing one store keep their letters apart, and what the source said
+//! about the message besides its payload (its key and headers).
 
 pub mod ndjson;
 pub mod sqlite;
@@ -12,7 +16,7 @@ use async_trait::async_trait;
 
 use super::{SinkError, WriteOutcome};
 use crate::config::DeadLetterConfig;
-use crate::record::DeadLetter;
+use crate::record::{DeadLetter, SourceContext};
 
 #[async_trait]
 pub trait DeadLetterStore: Send + Sync {
@@ -20,11 +24,15 @@ pub trait DeadLetterStore: Send + Sync {
     async fn store(&self, letters: &[DeadLetter]) -> WriteOutcome;
 }
 
-/// Opens the configured store, creating its table or file if missing.
-pub async fn open(config: &DeadLetterConfig) -> Result<Arc<dyn DeadLetterStore>, SinkError> {
+/// Opens the configured store for letters bound for `target`, creating its table or file
+/// if missing.
+pub async fn open(
+    config: &DeadLetterConfig,
+    target: &str,
+) -> Result<Arc<dyn DeadLetterStore>, SinkError> {
     match (&config.url, &config.path) {
         (Some(url), _) if url.starts_with("sqlite:") => {
-            Ok(Arc::new(sqlite::SqliteDeadLetters::open(url).await?))
+            Ok(Arc::new(sqlite::SqliteDeadLetters::open(url, target).await?))
         }
         // The seam for PostgreSQL: its sink (built on another branch) owns the
         // `sluice_dead_letters` DDL and insert; a store over that code plugs in here.
@@ -36,10 +44,58 @@ pub async fn open(config: &DeadLetterConfig) -> Result<Arc<dyn DeadLetterStore>,
             url: url.clone(),
             message: "unsupported dead-letter store URL".into(),
         }),
-        (None, Some(path)) => Ok(Arc::new(ndjson::NdjsonDeadLetters::open(path).await?)),
+        (None, Some(path)) => Ok(Arc::new(
+            ndjson::NdjsonDeadLetters::open(path, target).await?,
+        )),
         (None, None) => Err(SinkError {
             url: String::new(),
             message: "sink.dead_letters needs url or path".into(),
         }),
+    }
+}
+
+/// A message's headers as a JSON array, `[{"name": …, "value": …}]`; a value that is not
+/// UTF-8 is given as `value_hex`. None when the message had no headers.
+pub fn headers_json(context: &SourceContext) -> Option<String> {
+    if context.headers.is_empty() {
+        return None;
+    }
+    let list: Vec<serde_json::Value> = context
+        .headers
+        .iter()
+        .map(
+            |(name, value)| match value.as_deref().map(std::str::from_utf8) {
+                None => serde_json::json!({ "name": name, "value": null }),
+                Some(Ok(text)) => serde_json::json!({ "name": name, "value": text }),
+                Some(Err(_)) => serde_json::json!({
+                    "name": name,
+                    "value_hex": hex::encode(value.as_deref().unwrap_or_default()),
+                }),
+            },
+        )
+        .collect();
+    Some(serde_json::Value::Array(list).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_keep_their_order_and_every_byte() {
+        let context = SourceContext {
+            headers: vec![
+                ("trace".into(), Some(b"abc".to_vec())),
+                ("bin".into(), Some(vec![0xff, 0x00])),
+                ("flag".into(), None),
+                ("trace".into(), Some(b"again".to_vec())),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            headers_json(&context).unwrap(),
+            r#"[{"name":"trace","value":"abc"},{"name":"bin","value_hex":"ff00"},{"name":"flag","value":null},{"name":"trace","value":"again"}]"#
+        );
+        assert_eq!(headers_json(&SourceContext::default()), None);
     }
 }

@@ -72,6 +72,7 @@ impl HttpSink {
             .dead_letters
             .as_ref()
             .ok_or_else(|| fail("sink.dead_letters is required for an http sink".into()))?;
+        let dead_letters = dead_letters::open(store, &dead_letter_target(&url)).await?;
         Ok(HttpSink {
             client,
             url,
@@ -79,7 +80,7 @@ impl HttpSink {
             format: config.format,
             max_delay,
             timeout: config.timeout,
-            dead_letters: dead_letters::open(store).await?,
+            dead_letters,
             outage: Mutex::new(None),
         })
     }
@@ -158,6 +159,16 @@ fn redirect_policy() -> reqwest::redirect::Policy {
     })
 }
 
+/// What a dead letter says it was bound for: the endpoint, without credentials or query.
+fn dead_letter_target(url: &reqwest::Url) -> String {
+    let mut target = url.clone();
+    let _ = target.set_username("");
+    let _ = target.set_password(None);
+    target.set_query(None);
+    target.set_fragment(None);
+    target.to_string()
+}
+
 #[async_trait]
 impl Sink for HttpSink {
     async fn write(&self, rows: &[Row]) -> WriteOutcome {
@@ -233,6 +244,7 @@ mod tests {
                 key: k.to_string(),
                 payload: format!("{{\"id\":\"{k}\"}}"),
                 origin: format!("t:{k}"),
+                ..Default::default()
             })
             .collect()
     }

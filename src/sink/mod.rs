@@ -139,10 +139,14 @@ where
         .map_err(|e| e.to_string())
 }
 
-/// A stable identity for a dead letter: the same record failing again is one letter.
-pub fn dead_letter_fingerprint(letter: &DeadLetter) -> String {
+/// A stable identity for a dead letter: the same record failing again on the way to the
+/// same target is one letter; the same record bound for another table (another pipeline
+/// sharing the store) is another.
+pub fn dead_letter_fingerprint(target: &str, letter: &DeadLetter) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
+    h.update(target.as_bytes());
+    h.update([0]);
     h.update(letter.origin.as_bytes());
     h.update([0]);
     h.update(&letter.raw);

@@ -5,6 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -61,7 +62,7 @@ impl SqliteSink {
             .execute(&pool)
             .await
             .map_err(|e| fail(&e))?;
-        let dead_letters = SqliteDeadLetters::create(pool.clone())
+        let dead_letters = SqliteDeadLetters::create(pool.clone(), &config.table)
             .await
             .map_err(|e| fail(&e))?;
         Ok(SqliteSink {
@@ -72,7 +73,20 @@ impl SqliteSink {
     }
 
     async fn insert(&self, rows: &[Row]) -> Result<u64, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.pool.acquire().await?;
+        let inserted = self.insert_on(&mut conn, rows).await;
+        if inserted.is_err() {
+            discard_after_failure(&mut conn);
+        }
+        inserted
+    }
+
+    async fn insert_on(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        rows: &[Row],
+    ) -> Result<u64, sqlx::Error> {
+        let mut tx = sqlx::Connection::begin(conn).await?;
         let mut inserted = 0;
         for chunk in rows.chunks(ROWS_PER_STATEMENT) {
             let mut q = QueryBuilder::<Sqlite>::new(self.insert_head.as_str());
@@ -87,6 +101,15 @@ impl SqliteSink {
         tx.commit().await?;
         Ok(inserted)
     }
+}
+
+/// Closes a connection on which a write failed instead of handing it back to the pool.
+/// SQLite rolls a transaction back by itself on some errors (a full disk); sqlx then still
+/// counts it open, its next `BEGIN` becomes a savepoint and its next "commit" can report
+/// success while nothing is committed: rows and dead letters counted, the file empty.
+/// A fresh connection starts clean.
+pub(crate) fn discard_after_failure(conn: &mut PoolConnection<Sqlite>) {
+    conn.close_on_drop();
 }
 
 /// Sorts SQLite's result codes into what the pipeline should do about them.

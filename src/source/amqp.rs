@@ -12,7 +12,7 @@ use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
     QueueDeclareOptions,
 };
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -21,7 +21,7 @@ use super::watermark::Watermark;
 use super::{Backlog, Pulled, Source, SourceError};
 use crate::config::{Config, RetryConfig};
 use crate::control::backoff::Backoff;
-use crate::record::{Position, Record};
+use crate::record::{Position, Record, SourceContext};
 
 /// How long a pull waits for the first delivery when none is buffered.
 const FIRST_DELIVERY_WAIT: Duration = Duration::from_millis(50);
@@ -32,6 +32,7 @@ pub struct AmqpSource {
     url: String,
     queue: String,
     declare: bool,
+    max_record_bytes: usize,
     prefetch: u16,
     live: Option<Live>,
     /// Bumped on every new channel: delivery tags of an older channel are void, and acks
@@ -69,6 +70,7 @@ impl AmqpSource {
             url,
             queue,
             declare: config.source.declare,
+            max_record_bytes: config.source.max_record_bytes,
             prefetch: initial_prefetch(config),
             live: None,
             epoch: 0,
@@ -165,6 +167,23 @@ impl AmqpSource {
                 hex::encode(&Sha256::digest(&delivery.data)[..16])
             ),
         };
+        let context = SourceContext {
+            key: None,
+            headers: delivery
+                .properties
+                .headers()
+                .as_ref()
+                .map_or_else(Vec::new, header_list),
+            tombstone: false,
+        };
+        let mut payload = delivery.data;
+        // Cut here, as the other sources do: the decoder dead-letters it with the reason.
+        let oversize = (payload.len() > self.max_record_bytes).then(|| {
+            let len = payload.len() as u64;
+            payload.truncate(self.max_record_bytes);
+            payload.shrink_to_fit();
+            len
+        });
         Record {
             position: Position {
                 lane: self.epoch,
@@ -173,8 +192,9 @@ impl AmqpSource {
             },
             origin: format!("{}/{}", self.queue, id),
             fallback_key: id,
-            payload: delivery.data,
-            oversize: None,
+            payload,
+            oversize,
+            context,
         }
     }
 
@@ -196,6 +216,62 @@ impl AmqpSource {
             .await?;
         Ok(q.message_count())
     }
+}
+
+/// What a queue holds, as a passive declare tells it: nothing is consumed, declared or
+/// changed. Messages delivered to consumers and not yet acknowledged are not in `ready`;
+/// AMQP itself has no way to count them (RabbitMQ's management API has).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueDepth {
+    pub ready: u32,
+    pub consumers: u32,
+}
+
+/// Reads the queue's depth without touching its messages (for `sluice plan`).
+pub async fn inspect(config: &Config) -> Result<QueueDepth, SourceError> {
+    let url = config.source.url.clone().unwrap_or_default();
+    let queue = config.source.queue.clone().unwrap_or_default();
+    let connection = Connection::connect(&url, ConnectionProperties::default())
+        .await
+        .map_err(AmqpError)?;
+    let depth = async {
+        let channel = connection.create_channel().await?;
+        let q = channel
+            .queue_declare(
+                queue.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+        Ok::<_, lapin::Error>(QueueDepth {
+            ready: q.message_count(),
+            consumers: q.consumer_count(),
+        })
+    }
+    .await;
+    let _ = connection.close(200, "sluice plan done".into()).await;
+    depth.map_err(|e| SourceError::Other(format!("amqp: queue {queue:?}: {e}")))
+}
+
+/// A message's header table as name/value pairs: strings as they are, other values in
+/// JSON, a void value as none.
+fn header_list(table: &FieldTable) -> Vec<(String, Option<Vec<u8>>)> {
+    table
+        .inner()
+        .iter()
+        .map(|(name, value)| {
+            let value = match value {
+                AMQPValue::LongString(s) => Some(s.as_bytes().to_vec()),
+                AMQPValue::ShortString(s) => Some(s.as_str().as_bytes().to_vec()),
+                AMQPValue::Void => None,
+                other => serde_json::to_vec(other).ok(),
+            };
+            (name.as_str().to_string(), value)
+        })
+        .collect()
 }
 
 /// Before the pipeline says otherwise: one batch per slot plus one being pulled.

@@ -100,3 +100,32 @@ pub async fn open(config: &Config, follow: bool) -> Result<Box<dyn Source>, Sour
         SourceKind::Kafka => Ok(Box::new(kafka::KafkaSource::open(config, follow).await?)),
     }
 }
+
+/// The backlog as `sluice plan` reports it: records waiting, and what the count leaves out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BacklogReport {
+    pub records: Option<u64>,
+    pub note: Option<String>,
+}
+
+/// Counts the backlog without consuming or acknowledging anything: a queue is inspected
+/// with a passive declare (a consumer would take messages and hand them back redelivered).
+pub async fn inspect_backlog(config: &Config) -> Result<BacklogReport, SourceError> {
+    if config.source.kind == SourceKind::Amqp {
+        let depth = amqp::inspect(config).await?;
+        return Ok(BacklogReport {
+            records: Some(u64::from(depth.ready)),
+            note: Some(format!(
+                "ready messages only: messages delivered to consumers ({} attached) and not yet acknowledged are not included (AMQP cannot count them)",
+                depth.consumers
+            )),
+        });
+    }
+    let mut source = open(config, false).await?;
+    let records = source.count_backlog().await;
+    let _ = source.close(false).await;
+    Ok(BacklogReport {
+        records: records?,
+        note: None,
+    })
+}

@@ -60,6 +60,12 @@ async fn ready(State(s): State<Shared>) -> (StatusCode, String) {
             "source unreachable\n".into(),
         );
     }
+    if s.stats.dead_letter_outages.load(Relaxed) > 0 {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "dead-letter store failing\n".into(),
+        );
+    }
     match tokio::time::timeout(Duration::from_secs(2), s.sink.probe()).await {
         Ok(Ok(())) => (StatusCode::OK, "ready\n".into()),
         Ok(Err(e)) => (

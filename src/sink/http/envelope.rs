@@ -82,6 +82,7 @@ mod tests {
             key: key.into(),
             payload: payload.into(),
             origin: format!("in:{key}"),
+            ..Default::default()
         }
     }
 

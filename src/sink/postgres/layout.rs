@@ -276,6 +276,7 @@ mod tests {
             key: "a\tb".into(),
             payload: "{\"s\":\"x\\\"y\\\\z\"}".into(),
             origin: "t/0/1\r\n".into(),
+            ..Default::default()
         }];
         let mut data = Vec::new();
         Layout::copy_line(&rows[0], &mut data);
@@ -318,6 +319,7 @@ mod tests {
                 r#"{"id":7,"o":{"amount":12.5},"note":null,"big":123456789012345678901234567890}"#
                     .into(),
             origin: "t/0/1".into(),
+            ..Default::default()
         };
         let columns = vec![
             column("amount", "/o/amount", ColumnKind::Number),

@@ -19,6 +19,7 @@ use sqlx::{Connection, Executor, SqlSafeStr};
 use self::coerce::ColumnKind;
 use self::layout::{Layout, MappedColumn};
 use self::sqlstate::{ErrorClass, Phase, classify};
+use super::dead_letters::headers_json;
 use super::identifier::quote;
 use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
 use crate::config::Config;
@@ -34,6 +35,8 @@ const COPY_CHUNK: usize = 64 * 1024;
 pub struct PostgresSink {
     pool: PgPool,
     layout: Layout,
+    /// The table this sink writes, named in its dead letters.
+    table: String,
     throttle_sqlstates: Vec<String>,
 }
 
@@ -100,6 +103,7 @@ impl PostgresSink {
         Ok(PostgresSink {
             pool,
             layout,
+            table: sink.table.clone(),
             throttle_sqlstates: sink.throttle_sqlstates.clone(),
         })
     }
@@ -146,9 +150,13 @@ impl PostgresSink {
 
     async fn insert_dead_letters(
         conn: &mut PgConnection,
+        table: &str,
         letters: &[DeadLetter],
     ) -> Result<(), sqlx::Error> {
-        let fingerprints: Vec<String> = letters.iter().map(dead_letter_fingerprint).collect();
+        let fingerprints: Vec<String> = letters
+            .iter()
+            .map(|l| dead_letter_fingerprint(table, l))
+            .collect();
         let positions: Vec<String> = letters.iter().map(|l| text(&l.origin)).collect();
         let keys: Vec<Option<String>> =
             letters.iter().map(|l| l.key.as_deref().map(text)).collect();
@@ -158,9 +166,16 @@ impl PostgresSink {
             .iter()
             .map(|l| i32::try_from(l.attempts).unwrap_or(i32::MAX))
             .collect();
+        let targets: Vec<String> = vec![text(table); letters.len()];
+        let source_keys: Vec<Option<&[u8]>> =
+            letters.iter().map(|l| l.context.key.as_deref()).collect();
+        let headers: Vec<Option<String>> =
+            letters.iter().map(|l| headers_json(&l.context)).collect();
         sqlx::query(
-            "INSERT INTO sluice_dead_letters (fingerprint, position, key, raw, reason, attempts) \
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::int4[]) \
+            "INSERT INTO sluice_dead_letters \
+             (fingerprint, position, key, raw, reason, attempts, target, source_key, headers) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], \
+               $6::int4[], $7::text[], $8::bytea[], $9::text[]) \
              ON CONFLICT (fingerprint) DO NOTHING",
         )
         .bind(fingerprints)
@@ -169,6 +184,9 @@ impl PostgresSink {
         .bind(raws)
         .bind(reasons)
         .bind(attempts)
+        .bind(targets)
+        .bind(source_keys)
+        .bind(headers)
         .execute(conn)
         .await?;
         Ok(())
@@ -315,10 +333,31 @@ async fn create_tables(pool: &PgPool, table: Option<&str>) -> Result<(), sqlx::E
             raw bytea NOT NULL,
             reason text NOT NULL,
             attempts integer NOT NULL,
-            failed_at timestamptz NOT NULL DEFAULT now()
+            failed_at timestamptz NOT NULL DEFAULT now(),
+            target text,
+            source_key bytea,
+            headers text
         )",
     )
     .await?;
+    // A table from an earlier version gains the context columns; its letters stay. Only
+    // then: ALTER TABLE would wait for every running worker's dead-letter inserts.
+    let present: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.columns \
+         WHERE table_schema = current_schema() AND table_name = 'sluice_dead_letters' \
+           AND column_name IN ('target', 'source_key', 'headers')",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if present < 3 {
+        tx.execute(
+            "ALTER TABLE sluice_dead_letters \
+               ADD COLUMN IF NOT EXISTS target text, \
+               ADD COLUMN IF NOT EXISTS source_key bytea, \
+               ADD COLUMN IF NOT EXISTS headers text",
+        )
+        .await?;
+    }
     tx.commit().await
 }
 
@@ -399,7 +438,7 @@ impl Sink for PostgresSink {
             Ok(c) => c,
             Err(outcome) => return outcome,
         };
-        match Self::insert_dead_letters(&mut conn, letters).await {
+        match Self::insert_dead_letters(&mut conn, &self.table, letters).await {
             Ok(()) => WriteOutcome::Written {
                 inserted: letters.len() as u64,
                 duplicates: 0,

@@ -287,6 +287,7 @@ impl Segment {
             origin,
             payload,
             oversize,
+            context: Default::default(),
         })
     }
 

@@ -10,6 +10,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::context::ReaderContext;
 use super::settings;
 use crate::config::SourceConfig;
 use crate::source::SourceError;
@@ -21,8 +22,8 @@ fn fail(what: &str, e: impl std::fmt::Display) -> SourceError {
 /// Records between the group's committed offsets and the ends of the topic's partitions.
 /// Blocking: run it off the async threads.
 pub fn count(source: &SourceConfig, timeout: Duration) -> Result<u64, SourceError> {
-    let consumer: BaseConsumer = settings::consumer(source)
-        .create()
+    let consumer: BaseConsumer<ReaderContext> = settings::consumer(source)
+        .create_with_context(ReaderContext)
         .map_err(|e| fail("cannot create a consumer", e))?;
     let result = count_with(&consumer, source, timeout);
     // Dropping a consumer after `committed_offsets` has hung in rd_kafka_destroy on some
@@ -32,7 +33,7 @@ pub fn count(source: &SourceConfig, timeout: Duration) -> Result<u64, SourceErro
 }
 
 fn count_with(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<ReaderContext>,
     source: &SourceConfig,
     timeout: Duration,
 ) -> Result<u64, SourceError> {

@@ -65,15 +65,32 @@ impl ClientContext for GroupContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        match error {
-            // Also delivered to `pull` as an event, where it counts; not a problem.
-            KafkaError::Global(rdkafka::types::RDKafkaErrorCode::PartitionEOF) => {
-                tracing::debug!("kafka: {reason}")
-            }
-            error => tracing::warn!("kafka: {error}: {reason}"),
-        }
+        log_error(error, reason);
     }
 }
+
+/// librdkafka's error callback: every consumer event error passes here, the end of a
+/// partition included, which is news to no one (the reader counts it where it arrives).
+fn log_error(error: KafkaError, reason: &str) {
+    match error {
+        KafkaError::Global(rdkafka::types::RDKafkaErrorCode::PartitionEOF) => {
+            tracing::debug!("kafka: {reason}")
+        }
+        error => tracing::warn!("kafka: {error}: {reason}"),
+    }
+}
+
+/// The context of a one-shot reader outside the group (the backlog count of `sluice
+/// plan`): the default one logs every end of partition as an ERROR.
+pub struct ReaderContext;
+
+impl ClientContext for ReaderContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_error(error, reason);
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

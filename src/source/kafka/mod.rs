@@ -18,13 +18,13 @@ use async_trait::async_trait;
 use futures::{Stream, StreamExt};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use self::assignment::Assignment;
 use self::context::{GroupContext, lock, offset_list};
 use super::{Backlog, Pulled, Source, SourceError};
 use crate::config::Config;
-use crate::record::{Position, Record};
+use crate::record::{Position, Record, SourceContext};
 
 /// How long a pull waits for records that are not ready yet (never once every partition
 /// is at its end).
@@ -140,6 +140,16 @@ impl KafkaSource {
         if !lock(&self.assignment).admit(partition, offset) {
             return None;
         }
+        let context = SourceContext {
+            key: message.key().map(<[u8]>::to_vec),
+            headers: message.headers().map_or_else(Vec::new, |headers| {
+                headers
+                    .iter()
+                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                    .collect()
+            }),
+            tombstone: message.payload().is_none(),
+        };
         let body = message.payload().unwrap_or_default();
         let (payload, oversize) = if body.len() > self.max_record_bytes {
             (
@@ -161,6 +171,7 @@ impl KafkaSource {
             origin,
             payload,
             oversize,
+            context,
         })
     }
 
