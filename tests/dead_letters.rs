@@ -278,21 +278,24 @@ async fn full_tmpfs_case(store: Store) {
     let log = log_of(dir.path());
     assert!(out.status.success(), "{log}");
     assert_eq!(summary(&out)["dead_lettered"], 5, "{log}");
+    let count = |db: PathBuf, sql: &'static str| async move {
+        tokio::task::spawn_blocking(move || sqlite_count(&db, sql))
+            .await
+            .unwrap()
+    };
     let stored = match store {
         Store::NdjsonFile => ndjson_letters(&fs.path().join("dead.ndjson")).len() as i64,
-        Store::SqliteFile => sqlite_count(
-            &fs.path().join("dead.db"),
-            "select count(*) from sluice_dead_letters",
-        ),
-        Store::SqliteSinkTable => {
-            assert_eq!(
-                sqlite_count(&fs.path().join("out.db"), "select count(*) from records"),
-                20
-            );
-            sqlite_count(
-                &fs.path().join("out.db"),
+        Store::SqliteFile => {
+            count(
+                fs.path().join("dead.db"),
                 "select count(*) from sluice_dead_letters",
             )
+            .await
+        }
+        Store::SqliteSinkTable => {
+            let db = fs.path().join("out.db");
+            assert_eq!(count(db.clone(), "select count(*) from records").await, 20);
+            count(db, "select count(*) from sluice_dead_letters").await
         }
     };
     assert_eq!(stored, 5, "{log}");
