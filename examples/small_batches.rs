@@ -65,6 +65,7 @@ async fn run(sink: Arc<PostgresSink>, prefix: &str) -> (Vec<Duration>, Duration)
                     key: format!("{prefix}{i}"),
                     payload: format!("{{\"id\":{i},\"note\":\"record number {i}\"}}"),
                     origin: format!("bench:{i}"),
+                    ..Default::default()
                 };
                 let sent = Instant::now();
                 let outcome = sink.write(std::slice::from_ref(&row)).await;

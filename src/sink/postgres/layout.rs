@@ -347,6 +347,7 @@ mod tests {
             key: "k".into(),
             payload: payload.into(),
             origin: "o".into(),
+            ..Default::default()
         };
         let rows = [
             row(r#"{"n":1.5}"#),
