@@ -10,6 +10,8 @@ RUN mkdir -p src benches \
  && rm -rf src benches
 COPY src src
 COPY benches benches
+# The built-in default configuration is compiled into the binary.
+COPY config config
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin sluice
 
 FROM debian:bookworm-slim

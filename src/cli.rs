@@ -8,7 +8,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::backpressure::Backpressure;
-use crate::config::{Config, ConfigError, LeasesConfig, Overrides};
+use crate::config::{Config, ConfigError, ConfigOrigin, LeasesConfig, Overrides};
 use crate::control::cadence::Cadence;
 use crate::control::clock::TokioClock;
 use crate::control::lease_table::{LeaseTable, PoolDefinition, WorkerLimits};
@@ -57,8 +57,11 @@ enum LogFormat {
 enum Command {
     /// Drain the source into the sink.
     Run(RunArgs),
-    /// Validate the configuration and reach the source and the sink, then exit.
-    Check(ConfigArgs),
+    /// Validate the configuration and reach everything `run` needs (source, sink,
+    /// dead-letter and lease stores, checkpoint directory), changing nothing.
+    Check(CheckArgs),
+    /// Write a commented starter configuration.
+    Init(InitArgs),
     /// Show the lease pool: its definition, partitions, holders, expiries and members; or
     /// change its definition (`sluice leases resize`).
     Leases(LeasesArgs),
@@ -121,9 +124,30 @@ struct ReportArgs {
 
 #[derive(Debug, Args)]
 struct ConfigArgs {
-    /// Configuration file (TOML); `SLUICE_*` environment variables override it.
-    #[arg(long, short, default_value = "config/default.toml")]
-    config: PathBuf,
+    /// Configuration file (TOML); `SLUICE_*` environment variables override it. Without
+    /// it: ./sluice.toml, the user's then the system's config directory, then the
+    /// built-in default.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// How long each probe may take.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    timeout: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+struct InitArgs {
+    /// Where to write it.
+    #[arg(value_name = "PATH", default_value = crate::config_origin::FILE_NAME)]
+    path: PathBuf,
+    /// Replace an existing file.
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Debug, Args)]
@@ -145,7 +169,8 @@ struct RunArgs {
     /// Overrides source.path (file source; "-" is stdin).
     #[arg(long, value_name = "PATH")]
     input: Option<PathBuf>,
-    /// Overrides sink.url.
+    /// Overrides sink.url. A password here shows in `ps`: prefer SLUICE_SINK__URL or
+    /// sink.url_file.
     #[arg(long, value_name = "URL")]
     sink_url: Option<String>,
 }
@@ -157,7 +182,7 @@ enum SummaryFormat {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    crate::logging::init(matches!(cli.log_format, LogFormat::Json));
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -168,6 +193,7 @@ pub fn main() -> ExitCode {
     let code = match cli.command {
         Command::Run(args) => runtime.block_on(run(args)),
         Command::Check(args) => runtime.block_on(check(args)),
+        Command::Init(args) => init(args),
         Command::Leases(LeasesArgs {
             action: Some(LeasesAction::Resize(args)),
             ..
@@ -182,24 +208,20 @@ pub fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(|| crate::redact::RedactingStderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+fn load(args: &ConfigArgs, overrides: &Overrides) -> Result<(Config, ConfigOrigin), u8> {
+    let origin = ConfigOrigin::discover(args.config.as_deref());
+    tracing::info!("configuration: {origin}");
+    match Config::load_from(&origin, overrides) {
+        Ok(config) => Ok((config, origin)),
+        Err(e @ ConfigError::MissingFile(_)) => {
+            say!("sluice: {e}");
+            Err(EXIT_CONFIG)
+        }
+        Err(e) => {
+            say!("sluice: bad configuration ({origin}): {e}");
+            Err(EXIT_CONFIG)
+        }
     }
-}
-
-fn load(path: &std::path::Path, overrides: &Overrides) -> Result<Config, u8> {
-    Config::load(path, overrides).map_err(|e: ConfigError| {
-        say!("sluice: bad configuration ({}): {e}", path.display());
-        EXIT_CONFIG
-    })
 }
 
 async fn run(args: RunArgs) -> u8 {
@@ -208,12 +230,26 @@ async fn run(args: RunArgs) -> u8 {
         input: args.input.clone(),
         sink_url: args.sink_url.clone(),
     };
-    let config = match load(&args.config.config, &overrides) {
+    if let Some(url) = &args.sink_url
+        && carries_secret(url)
+    {
+        tracing::warn!(
+            "--sink-url carries a password or token, which any user can read in `ps`: set SLUICE_SINK__URL or sink.url_file instead"
+        );
+    }
+    let (config, _) = match load(&args.config, &overrides) {
         Ok(c) => c,
         Err(code) => return code,
     };
     if args.max_records == Some(0) {
         say!("sluice: --max-records must be at least 1");
+        return EXIT_CONFIG;
+    }
+    // Found now, not after the first rows are written and the checkpoint cannot be saved.
+    if let Some(cp) = config.checkpoint_path()
+        && let Err(e) = crate::check::writable(&cp)
+    {
+        say!("sluice: source.checkpoint: {e}");
         return EXIT_CONFIG;
     }
     let started = tokio::time::Instant::now();
@@ -353,21 +389,35 @@ async fn drain(
     result.map_err(|e| e.to_string())
 }
 
-async fn lease_store(l: &LeasesConfig) -> Result<Arc<dyn LeaseStore>, LeaseError> {
+/// Whether a URL given on the command line carries a password or a secret query value.
+fn carries_secret(url: &str) -> bool {
+    reqwest::Url::parse(url).is_ok_and(|u| {
+        u.password().is_some()
+            || u.query_pairs()
+                .any(|(k, _)| crate::redact::is_secret_param(&k, true))
+    })
+}
+
+/// The lease store; `read_only` (inspection commands) creates no table: a pool whose
+/// tables do not exist yet reads as empty.
+async fn lease_store(l: &LeasesConfig, read_only: bool) -> Result<Arc<dyn LeaseStore>, LeaseError> {
     if l.by_assignment() {
         return Err(LeaseError(
             "store = \"kafka\" keeps no leases: the capacity follows the consumer group's assignment".into(),
         ));
     }
-    Ok(Arc::new(
-        PgLeaseStore::connect(&l.store, &l.pool, l.ttl).await?,
-    ))
+    let store = if read_only {
+        PgLeaseStore::open_existing(&l.store, &l.pool, l.ttl).await?
+    } else {
+        PgLeaseStore::connect(&l.store, &l.pool, l.ttl).await?
+    };
+    Ok(Arc::new(store))
 }
 
 /// Connects to the lease store and checks this worker's [leases] against the pool's stored
 /// definition (storing it if the pool has none): exit 2 if they differ.
 async fn join_pool(l: &LeasesConfig) -> Result<(Arc<dyn LeaseStore>, PoolDefinition), u8> {
-    let store = lease_store(l).await.map_err(|e| {
+    let store = lease_store(l, false).await.map_err(|e| {
         say!("sluice: {e}");
         EXIT_RUNTIME
     })?;
@@ -418,15 +468,12 @@ fn lease_keeper(
 
 /// `sluice leases resize`: a new definition (and generation) for the pool.
 async fn resize(args: ResizeArgs) -> u8 {
-    let config = match load(&args.config.config, &Overrides::default()) {
+    let (config, origin) = match load(&args.config, &Overrides::default()) {
         Ok(c) => c,
         Err(code) => return code,
     };
     let Some(l) = &config.leases else {
-        say!(
-            "sluice: {} has no [leases] section",
-            args.config.config.display()
-        );
+        say!("sluice: {origin} has no [leases] section");
         return EXIT_CONFIG;
     };
     if l.by_assignment() {
@@ -449,7 +496,8 @@ async fn resize(args: ResizeArgs) -> u8 {
         say!("sluice: --partitions must be at least 1");
         return EXIT_CONFIG;
     }
-    let store = match lease_store(l).await {
+    // A deliberate change: the tables are created if this is the pool's first definition.
+    let store = match lease_store(l, false).await {
         Ok(s) => s,
         Err(e) => {
             say!("sluice: {e}");
@@ -505,18 +553,15 @@ async fn resize(args: ResizeArgs) -> u8 {
 }
 
 async fn leases(args: ReportArgs) -> u8 {
-    let config = match load(&args.config.config, &Overrides::default()) {
+    let (config, origin) = match load(&args.config, &Overrides::default()) {
         Ok(c) => c,
         Err(code) => return code,
     };
     let Some(l) = &config.leases else {
-        say!(
-            "sluice: {} has no [leases] section",
-            args.config.config.display()
-        );
+        say!("sluice: {origin} has no [leases] section");
         return EXIT_CONFIG;
     };
-    let store = match lease_store(l).await {
+    let store = match lease_store(l, true).await {
         Ok(s) => s,
         Err(e) => {
             say!("sluice: {e}");
@@ -557,8 +602,7 @@ async fn leases(args: ReportArgs) -> u8 {
     );
     if stored.is_some_and(|d| check_definition(&l.pool, l.capacity, l.partitions, &d).is_err()) {
         say!(
-            "sluice: {} differs from the stored definition: workers started with it refuse to start",
-            args.config.config.display()
+            "sluice: {origin} differs from the stored definition: workers started with it refuse to start"
         );
     }
     println!("{:>9}  {:<40} {:>12}", "partition", "holder", "expires in");
@@ -582,7 +626,7 @@ async fn leases(args: ReportArgs) -> u8 {
 }
 
 async fn plan(args: ReportArgs) -> u8 {
-    let config = match load(&args.config.config, &Overrides::default()) {
+    let (config, _) = match load(&args.config, &Overrides::default()) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -596,7 +640,7 @@ async fn plan(args: ReportArgs) -> u8 {
     let mut plan = crate::plan::Plan::new(&config, backlog.records);
     plan.backlog_note = backlog.note;
     if let Some(l) = &config.leases {
-        let pooled = match lease_store(l).await {
+        let pooled = match lease_store(l, true).await {
             Ok(store) => plan.clone().with_pool(&config, store.as_ref()).await,
             Err(e) => Err(e),
         };
@@ -613,28 +657,62 @@ async fn plan(args: ReportArgs) -> u8 {
     0
 }
 
-async fn check(args: ConfigArgs) -> u8 {
-    let config = match load(&args.config, &Overrides::default()) {
+async fn check(args: CheckArgs) -> u8 {
+    let (config, origin) = match load(&args.config, &Overrides::default()) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    if let Err(e) = source::open(&config, false).await {
-        say!("sluice: source: {e}");
+    let probes = crate::check::probe_all(&config, args.timeout).await;
+    for probe in &probes {
+        say!("{probe}");
+    }
+    let failed = probes.iter().filter(|p| p.result.is_err()).count();
+    if failed > 0 {
+        say!(
+            "sluice: configuration {origin} is valid, but {failed} of {} checks failed",
+            probes.len()
+        );
         return EXIT_RUNTIME;
     }
-    if let Err(e) = sink::open(&config).await {
-        say!("sluice: {e}");
-        return EXIT_RUNTIME;
-    }
-    say!(
-        "sluice: configuration {} is valid; source and sink are reachable",
-        args.config.display()
-    );
+    say!("sluice: configuration {origin} is valid; everything run needs is reachable");
     0
 }
 
+fn init(args: InitArgs) -> u8 {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    if args.force {
+        options.create(true).truncate(true);
+    } else {
+        options.create_new(true);
+    }
+    let written = options.open(&args.path).and_then(|mut f| {
+        std::io::Write::write_all(&mut f, crate::config_origin::STARTER.as_bytes())
+    });
+    match written {
+        Ok(()) => {
+            say!(
+                "sluice: wrote {}; edit it, then `sluice check`",
+                args.path.display()
+            );
+            0
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            say!(
+                "sluice: {} exists; --force replaces it",
+                args.path.display()
+            );
+            EXIT_CONFIG
+        }
+        Err(e) => {
+            say!("sluice: cannot write {}: {e}", args.path.display());
+            EXIT_RUNTIME
+        }
+    }
+}
+
 async fn produce(args: ProduceArgs) -> u8 {
-    let config = match load(&args.config.config, &Overrides::default()) {
+    let (config, _) = match load(&args.config, &Overrides::default()) {
         Ok(c) => c,
         Err(code) => return code,
     };

@@ -10,6 +10,8 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+pub use crate::config_origin::ConfigOrigin;
+
 /// A configuration that cannot be used; always names the offending key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -52,6 +54,18 @@ pub struct Config {
     /// Whether `rate.records_per_second` was set rather than defaulted.
     #[serde(skip)]
     rate_set: bool,
+    #[serde(default)]
+    pub redact: RedactConfig,
+}
+
+/// What else counts as a secret in what sluice shows (logs, messages, metrics).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RedactConfig {
+    /// Query parameters whose values are masked, besides the built-in names (password,
+    /// token, key, secret, sig, signature, apikey, access_token, …).
+    #[serde(default)]
+    pub query_params: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -66,7 +80,10 @@ pub struct TelemetryConfig {
 pub struct LeasesConfig {
     /// Where leases live: a `postgres://` URL; or `"kafka"`: the capacity follows the
     /// consumer group's assignment (capacity × assigned / topic partitions), no store.
+    #[serde(default)]
     pub store: String,
+    /// A file holding `store` (a URL with a password stays out of the config and `ps`).
+    pub store_file: Option<PathBuf>,
     /// The shared capacity's name; workers with the same pool share it.
     #[serde(default)]
     pub pool: String,
@@ -174,6 +191,8 @@ pub struct SourceConfig {
     pub max_record_bytes: usize,
     /// AMQP source: broker URL (`amqp://user:pass@host:5672/vhost`).
     pub url: Option<String>,
+    /// AMQP source: a file holding `url`, so its password stays out of the config.
+    pub url_file: Option<PathBuf>,
     /// AMQP source: the queue to drain.
     pub queue: Option<String>,
     /// AMQP source: declare the queue (durable) if it does not exist.
@@ -262,6 +281,8 @@ pub struct SinkConfig {
     pub kind: SinkKind,
     #[serde(default)]
     pub url: String,
+    /// A file holding `url`, so a password stays out of the config file and `ps`.
+    pub url_file: Option<PathBuf>,
     /// http, postgres: several endpoints instead of `url`, balanced by `[sink.balance]`.
     #[serde(default)]
     pub urls: Vec<EndpointConfig>,
@@ -301,12 +322,17 @@ pub struct SinkConfig {
     pub max_connections: Option<u32>,
 }
 
-/// One endpoint of a sink served by several hosts: a URL, or a URL and its zone.
+/// One endpoint of a sink served by several hosts: a URL, or a URL with its zone and the
+/// name metrics show it by (`host:port` when unnamed; never the URL).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum EndpointConfig {
     Url(String),
-    Zoned { url: String, zone: Option<String> },
+    Zoned {
+        url: String,
+        zone: Option<String>,
+        name: Option<String>,
+    },
 }
 
 impl EndpointConfig {
@@ -320,6 +346,16 @@ impl EndpointConfig {
         match self {
             EndpointConfig::Url(_) => None,
             EndpointConfig::Zoned { zone, .. } => zone.as_deref(),
+        }
+    }
+
+    /// The label metrics and readiness show: the configured name, else `host:port`.
+    pub fn label(&self) -> String {
+        match self {
+            EndpointConfig::Zoned {
+                name: Some(name), ..
+            } => name.clone(),
+            _ => crate::redact::endpoint_label(self.url()),
         }
     }
 }
@@ -610,18 +646,44 @@ pub struct Overrides {
 impl Config {
     /// Reads `path`, applies `SLUICE_*` variables and the flags, and validates the result.
     pub fn load(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
-        if !path.is_file() {
-            return Err(ConfigError::MissingFile(path.to_path_buf()));
-        }
+        Self::load_from(&ConfigOrigin::file(path), overrides)
+    }
+
+    /// Reads the configuration `origin` names (a file or the built-in default), applies
+    /// `SLUICE_*` variables and the flags, and validates the result.
+    pub fn load_from(origin: &ConfigOrigin, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let base = match origin.path() {
+            Some(path) if !path.is_file() => {
+                return Err(ConfigError::MissingFile(path.to_path_buf()));
+            }
+            Some(path) => Toml::file_exact(path),
+            None => Toml::string(crate::config_origin::BUILT_IN),
+        };
         let mut figment = Figment::new()
-            .merge(Toml::file_exact(path))
+            .merge(base)
             // Every key lives in a section, so `SLUICE_SECTION__KEY`; variables without `__`
-            // (SLUICE_LOG) are not configuration.
+            // (SLUICE_LOG) are not configuration. librdkafka's dotted property names cannot
+            // be nested keys: they come in below, one variable each.
             .merge(
                 Env::prefixed("SLUICE_")
-                    .filter(|k| k.as_str().contains("__"))
+                    .filter(|k| {
+                        k.as_str().contains("__")
+                            && !k
+                                .as_str()
+                                .to_ascii_uppercase()
+                                .starts_with(KAFKA_PROPERTY_VARS)
+                    })
                     .split("__"),
             );
+        let properties = kafka_properties_from_env(std::env::vars());
+        if !properties.is_empty() {
+            figment = figment.merge(Serialized::default("source.properties", properties));
+        }
+        for name in unknown_variables(std::env::vars().map(|(k, _)| k)) {
+            tracing::warn!(
+                "{name} is not a sluice variable and is ignored (configuration keys are SLUICE_SECTION__KEY, with two underscores)"
+            );
+        }
         if let Some(rate) = overrides.records_per_second {
             figment = figment.merge(Serialized::default("rate.records_per_second", rate));
         }
@@ -633,8 +695,84 @@ impl Config {
         }
         let mut config: Config = figment.extract().map_err(describe_figment_error)?;
         config.rate_set = figment.find_value("rate.records_per_second").is_ok();
+        crate::config_kinds::refuse_other_kinds_keys(&figment, &config)?;
+        config.read_secret_files()?;
         config.validate()?;
+        config.register_secrets();
         Ok(config)
+    }
+
+    /// Fills `*_file` keys from their files (secrets kept out of the config and `ps`).
+    fn read_secret_files(&mut self) -> Result<(), ConfigError> {
+        fn read(
+            key: &'static str,
+            both: &'static str,
+            path: &Path,
+            current: &str,
+        ) -> Result<String, ConfigError> {
+            if !current.is_empty() {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("set {both} or {key}, not both"),
+                ));
+            }
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::invalid(key, format!("cannot read {}: {e}", path.display()))
+            })?;
+            Ok(text.trim_end_matches(['\n', '\r']).to_string())
+        }
+        if let Some(path) = &self.sink.url_file {
+            self.sink.url = read("sink.url_file", "sink.url", path, &self.sink.url)?;
+        }
+        if let Some(path) = &self.source.url_file {
+            let current = self.source.url.clone().unwrap_or_default();
+            self.source.url = Some(read("source.url_file", "source.url", path, &current)?);
+        }
+        if let Some(l) = &mut self.leases
+            && let Some(path) = &l.store_file
+        {
+            l.store = read("leases.store_file", "leases.store", path, &l.store)?;
+        }
+        Ok(())
+    }
+
+    /// Tells the redactor every secret this configuration holds, so no output shows one.
+    fn register_secrets(&self) {
+        use crate::redact::{register_secret, register_secret_param, register_url_secrets};
+        for name in &self.redact.query_params {
+            register_secret_param(name);
+        }
+        let urls = [
+            Some(self.sink.url.as_str()),
+            self.source.url.as_deref(),
+            self.leases.as_ref().map(|l| l.store.as_str()),
+            self.sink
+                .dead_letters
+                .as_ref()
+                .and_then(|d| d.url.as_deref()),
+        ];
+        for url in urls.into_iter().flatten() {
+            register_url_secrets(url);
+        }
+        for endpoint in &self.sink.urls {
+            register_url_secrets(endpoint.url());
+        }
+        if let Ok(headers) =
+            crate::sink::http::headers::build(&self.sink.headers, |v| std::env::var(v).ok())
+        {
+            for value in headers.values().filter_map(|v| v.to_str().ok()) {
+                register_secret(value);
+                // "Bearer xyz": the token alone may be printed by someone else.
+                if let Some((_, token)) = value.split_once(' ') {
+                    register_secret(token);
+                }
+            }
+        }
+        for (key, value) in &self.source.properties {
+            if crate::redact::is_secret_param(key, true) {
+                register_secret(&value.to_string());
+            }
+        }
     }
 
     /// Checks what serde cannot: ranges, pointers, files that must exist.
@@ -810,6 +948,23 @@ impl Config {
         }
         crate::sink::http::headers::build(&self.sink.headers, |name| std::env::var(name).ok())
             .map_err(|e| ConfigError::invalid("sink.headers", e.to_string()))?;
+        // reqwest sends a URL's user:password as Basic auth in place of a configured
+        // Authorization header, silently: one of them would be ignored.
+        let authorization = self
+            .sink
+            .headers
+            .keys()
+            .any(|h| h.eq_ignore_ascii_case("authorization"));
+        let credentials = std::iter::once(self.sink.url.as_str())
+            .chain(self.sink.urls.iter().map(EndpointConfig::url))
+            .filter_map(|u| reqwest::Url::parse(u).ok())
+            .any(|u| !u.username().is_empty() || u.password().is_some());
+        if authorization && credentials {
+            return Err(ConfigError::invalid(
+                "sink.headers",
+                "Authorization is set and the sink URL carries user:password@, which would replace it: keep one",
+            ));
+        }
         let Some(dl) = &self.sink.dead_letters else {
             return Err(ConfigError::invalid(
                 "sink.dead_letters",
@@ -919,6 +1074,39 @@ impl Config {
             PathBuf::from(name)
         }))
     }
+}
+
+/// Environment variables that set one librdkafka property each.
+const KAFKA_PROPERTY_VARS: &str = "SOURCE__PROPERTIES__";
+
+/// `SLUICE_SOURCE__PROPERTIES__SESSION_TIMEOUT_MS=2000` → `session.timeout.ms = "2000"`:
+/// librdkafka's names are dotted and have no underscores, so `_` (or a literal `.`) after
+/// the prefix stands for a dot.
+pub fn kafka_properties_from_env(
+    vars: impl Iterator<Item = (String, String)>,
+) -> BTreeMap<String, String> {
+    let prefix = format!("SLUICE_{KAFKA_PROPERTY_VARS}");
+    vars.filter_map(|(name, value)| {
+        let upper = name.to_ascii_uppercase();
+        let rest = upper.strip_prefix(&prefix)?;
+        (!rest.is_empty()).then(|| (rest.to_ascii_lowercase().replace('_', "."), value))
+    })
+    .collect()
+}
+
+/// `SLUICE_*` variables that are neither configuration (`__`) nor known settings: most
+/// likely a key written with one underscore (`SLUICE_SINK_URL`).
+pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
+    const KNOWN: &[&str] = &["SLUICE_LOG"];
+    // The test suite's and the benches' own settings.
+    const RESERVED_PREFIXES: &[&str] = &["SLUICE_TEST_", "SLUICE_BENCH_"];
+    let mut unknown: Vec<String> = names
+        .filter(|n| n.starts_with("SLUICE_") && !n.contains("__"))
+        .filter(|n| !KNOWN.contains(&n.as_str()))
+        .filter(|n| !RESERVED_PREFIXES.iter().any(|p| n.starts_with(p)))
+        .collect();
+    unknown.sort();
+    unknown
 }
 
 /// Figment's messages name the key but also the profile ("default."); drop that noise.
@@ -1084,6 +1272,56 @@ mod tests {
         assert!(
             error_of("[sink.dead_letters]\npath = \"d.ndjson\"\n").contains("sink.dead_letters")
         );
+    }
+
+    #[test]
+    fn kafka_properties_from_the_environment_turn_underscores_into_dots() {
+        let vars = [
+            ("SLUICE_SOURCE__PROPERTIES__SESSION_TIMEOUT_MS", "2000"),
+            ("SLUICE_SOURCE__PROPERTIES__SASL.MECHANISMS", "PLAIN"),
+            ("SLUICE_SINK__URL", "x"),
+            ("SLUICE_SOURCE__PROPERTIES__", "empty name"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let props = kafka_properties_from_env(vars.into_iter());
+        assert_eq!(
+            props,
+            BTreeMap::from([
+                ("sasl.mechanisms".to_string(), "PLAIN".to_string()),
+                ("session.timeout.ms".to_string(), "2000".to_string()),
+            ])
+        );
+    }
+
+    #[test]
+    fn single_underscore_variables_are_unknown() {
+        let names = [
+            "SLUICE_SINK_URL",
+            "SLUICE_LOG",
+            "SLUICE_SINK__URL",
+            "SLUICE_TEST_PG_URL",
+            "PATH",
+        ]
+        .map(String::from);
+        assert_eq!(unknown_variables(names.into_iter()), ["SLUICE_SINK_URL"]);
+    }
+
+    #[test]
+    fn keys_of_another_kind_are_named() {
+        let e = error_of_sink("timeout = \"5s\"\n");
+        assert!(e.contains("sink.timeout") && e.contains("sqlite"), "{e}");
+    }
+
+    fn error_of_sink(sink_extra: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let input = write(dir.path(), "in.ndjson", "{\"id\":1}\n");
+        let body = format!(
+            "[source]\nkind = \"file\"\npath = {input:?}\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://x.db\"\n{sink_extra}"
+        );
+        let path = write(dir.path(), "c.toml", &body);
+        Config::load(&path, &Overrides::default())
+            .unwrap_err()
+            .to_string()
     }
 
     #[test]

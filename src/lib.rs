@@ -3,12 +3,16 @@
 //! acknowledges only what is durably written or dead-lettered.
 
 pub mod backpressure;
+pub mod check;
 pub mod cli;
 pub mod config;
+pub mod config_kinds;
+pub mod config_origin;
 pub mod control;
 pub mod decode;
 pub mod delivery;
 pub mod lease;
+pub mod logging;
 pub mod pipeline;
 pub mod plan;
 pub mod produce;

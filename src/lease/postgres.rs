@@ -18,6 +18,9 @@ pub struct PgLeaseStore {
     /// Every call gives up after this, so an unreachable store never holds a worker
     /// past its leases' local deadlines.
     timeout: Duration,
+    /// False when opened read-only on a store whose tables do not exist yet: the pool
+    /// reads as empty.
+    tables: bool,
 }
 
 fn err(e: impl std::fmt::Display) -> LeaseError {
@@ -26,21 +29,51 @@ fn err(e: impl std::fmt::Display) -> LeaseError {
 
 impl PgLeaseStore {
     pub async fn connect(url: &str, pool: &str, ttl: Duration) -> Result<Self, LeaseError> {
+        let store = Self::open(url, pool, ttl).await?;
+        store.create_tables().await?;
+        Ok(store)
+    }
+
+    /// For inspection (`sluice leases`, `plan`): creates nothing.
+    pub async fn open_existing(url: &str, pool: &str, ttl: Duration) -> Result<Self, LeaseError> {
+        let mut store = Self::open(url, pool, ttl).await?;
+        let (present,): (bool,) = store
+            .timed(
+                sqlx::query_as(
+                    "SELECT to_regclass('sluice_leases') IS NOT NULL \
+                     AND to_regclass('sluice_lease_members') IS NOT NULL \
+                     AND to_regclass('sluice_lease_pools') IS NOT NULL",
+                )
+                .fetch_one(&store.pool),
+            )
+            .await?;
+        store.tables = present;
+        Ok(store)
+    }
+
+    async fn open(url: &str, pool: &str, ttl: Duration) -> Result<Self, LeaseError> {
         let timeout = (ttl / 5).clamp(Duration::from_millis(500), Duration::from_secs(5));
-        let pg = PgPoolOptions::new()
+        let connect = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(timeout)
-            .connect(url)
-            .await
-            .map_err(|e| LeaseError(format!("cannot connect to the lease store: {e}")))?;
-        let store = PgLeaseStore {
+            .connect(url);
+        let pg = match tokio::time::timeout(timeout, connect).await {
+            Ok(r) => {
+                r.map_err(|e| LeaseError(format!("cannot connect to the lease store: {e}")))?
+            }
+            Err(_) => {
+                return Err(LeaseError(format!(
+                    "cannot connect to the lease store: no answer within {timeout:?}"
+                )));
+            }
+        };
+        Ok(PgLeaseStore {
             pool: pg,
             name: pool.to_string(),
             ttl_s: ttl.as_secs_f64(),
             timeout,
-        };
-        store.create_tables().await?;
-        Ok(store)
+            tables: true,
+        })
     }
 
     async fn create_tables(&self) -> Result<(), LeaseError> {
@@ -208,6 +241,9 @@ impl LeaseStore for PgLeaseStore {
     }
 
     async fn definition(&self) -> Result<Option<PoolDefinition>, LeaseError> {
+        if !self.tables {
+            return Ok(None);
+        }
         self.timed(async {
             let row: Option<DefinitionRow> = sqlx::query_as(
                 "SELECT capacity, partitions, generation FROM sluice_lease_pools WHERE pool = $1",
@@ -329,6 +365,9 @@ impl LeaseStore for PgLeaseStore {
     }
 
     async fn leases(&self) -> Result<Vec<LeaseRow>, LeaseError> {
+        if !self.tables {
+            return Ok(Vec::new());
+        }
         self.timed(async {
             let rows: Vec<(i32, String, f64)> = sqlx::query_as(
                 "SELECT partition, holder, extract(epoch FROM expires_at - now())::float8
@@ -350,6 +389,9 @@ impl LeaseStore for PgLeaseStore {
     }
 
     async fn members(&self) -> Result<Vec<MemberRow>, LeaseError> {
+        if !self.tables {
+            return Ok(Vec::new());
+        }
         self.timed(async {
             let rows: Vec<(String, i32, bool, f64)> = sqlx::query_as(
                 "SELECT member, held, wants_more, extract(epoch FROM now() - heartbeat_at)::float8

@@ -27,7 +27,7 @@ const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
 
 pub struct Endpoint {
     pub sink: Arc<dyn Sink>,
-    /// As metrics and messages show it: without a password.
+    /// As metrics and messages show it: a configured name or host:port, never the URL.
     pub name: String,
     pub zone: Option<String>,
 }

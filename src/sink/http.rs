@@ -35,7 +35,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
 pub struct HttpSink {
     client: reqwest::Client,
     url: reqwest::Url,
-    /// The URL as messages show it: without a password.
+    /// The URL as messages show it: without its password and secret query values.
     shown_url: String,
     format: HttpFormat,
     max_delay: Duration,
@@ -64,10 +64,7 @@ impl HttpSink {
             .build()
             .map_err(|e| fail(chain(e)))?;
         let url = reqwest::Url::parse(&config.url).map_err(|e| fail(e.to_string()))?;
-        let mut shown_url = url.clone();
-        if shown_url.password().is_some() {
-            let _ = shown_url.set_password(Some("***"));
-        }
+        let shown_url = crate::redact::redact(url.as_str());
         let store = config
             .dead_letters
             .as_ref()
@@ -76,7 +73,7 @@ impl HttpSink {
         Ok(HttpSink {
             client,
             url,
-            shown_url: shown_url.to_string(),
+            shown_url,
             format: config.format,
             max_delay,
             timeout: config.timeout,

@@ -7,6 +7,7 @@ pub mod dead_letters;
 pub mod http;
 pub mod identifier;
 pub mod postgres;
+pub mod private_file;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -87,8 +88,9 @@ pub trait Sink: Send + Sync {
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome;
 }
 
+/// Shown with credentials masked, whatever the URL or the driver's message holds.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot open sink {url}: {message}")]
+#[error("cannot open sink {}: {}", crate::redact::redact(.url), crate::redact::redact(.message))]
 pub struct SinkError {
     pub url: String,
     pub message: String,
@@ -99,14 +101,20 @@ pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
     if config.sink.urls.is_empty() {
         return open_one(config).await;
     }
-    let mut endpoints = Vec::with_capacity(config.sink.urls.len());
+    let mut endpoints: Vec<balanced::Endpoint> = Vec::with_capacity(config.sink.urls.len());
     for endpoint in &config.sink.urls {
         let mut one = config.clone();
         one.sink.url = endpoint.url().to_string();
         one.sink.urls.clear();
+        // Labelled by name or host:port (metrics are unauthenticated); two databases on
+        // one server get a number to tell them apart.
+        let mut name = endpoint.label();
+        if endpoints.iter().any(|e| e.name == name) {
+            name = format!("{name}#{}", endpoints.len() + 1);
+        }
         endpoints.push(balanced::Endpoint {
             sink: open_one(&one).await?,
-            name: crate::redact::redact(endpoint.url()),
+            name,
             zone: endpoint.zone().map(String::from),
         });
     }

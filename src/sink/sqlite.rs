@@ -28,9 +28,13 @@ pub struct SqliteSink {
     dead_letters: SqliteDeadLetters,
 }
 
-/// One connection (SQLite has one writer), WAL, the file created if missing.
+/// One connection (SQLite has one writer), WAL, the file created if missing — readable
+/// by its owner only (0600): it holds raw records and dead letters. SQLite gives its
+/// `-wal` and `-shm` files the database file's mode.
 pub(crate) async fn connect(url: &str) -> Result<SqlitePool, sqlx::Error> {
-    let options = SqliteConnectOptions::from_str(url)?
+    let options = SqliteConnectOptions::from_str(url)?;
+    super::private_file::create(options.get_filename())?;
+    let options = options
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)

@@ -14,6 +14,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -164,7 +165,12 @@ fn text_or_hex(bytes: &[u8]) -> (Option<String>, Option<String>) {
 }
 
 fn open_file(path: &Path) -> std::io::Result<Inner> {
-    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    // Raw records: readable by the owner only.
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
     let regular = file.metadata()?.is_file();
     let mut seen = Recent::default();
     let mut torn = false;

@@ -44,7 +44,7 @@ impl PostgresSink {
     pub async fn open(config: &Config) -> Result<Self, SinkError> {
         let sink = &config.sink;
         let fail = |e: &dyn std::fmt::Display| SinkError {
-            url: redact(&sink.url),
+            url: crate::redact::redact(&sink.url),
             message: e.to_string(),
         };
         let options = PgConnectOptions::from_str(&sink.url)
@@ -366,22 +366,6 @@ fn text(s: &str) -> String {
     s.replace('\0', "\u{FFFD}")
 }
 
-/// The URL without its password, for messages.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            let masked = if userinfo.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{masked}@{host}{}", &rest[authority_end..])
-        }
-        None => url.to_string(),
-    }
-}
-
 /// SQLSTATE 23505: a key (or another unique column) is already there.
 fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
@@ -451,16 +435,6 @@ impl Sink for PostgresSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_stay_out_of_messages() {
-        assert_eq!(
-            redact("postgres://app:s3cret@db:5432/x?sslmode=require"),
-            "postgres://app:***@db:5432/x?sslmode=require"
-        );
-        assert_eq!(redact("postgres://app@db/x"), "postgres://app@db/x");
-        assert_eq!(redact("postgresql://db/x"), "postgresql://db/x");
-    }
 
     #[test]
     fn dead_letter_text_never_holds_nul() {
