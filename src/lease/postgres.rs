@@ -23,20 +23,25 @@ pub struct PgLeaseStore {
     tables: bool,
 }
 
+/// How long `sluice leases` and `plan` wait for the store.
+const INSPECTION_TIMEOUT: Duration = Duration::from_secs(5);
+
 fn err(e: impl std::fmt::Display) -> LeaseError {
     LeaseError(e.to_string())
 }
 
 impl PgLeaseStore {
     pub async fn connect(url: &str, pool: &str, ttl: Duration) -> Result<Self, LeaseError> {
-        let store = Self::open(url, pool, ttl).await?;
+        let timeout = (ttl / 5).clamp(Duration::from_millis(500), Duration::from_secs(5));
+        let store = Self::open(url, pool, ttl, timeout).await?;
         store.create_tables().await?;
         Ok(store)
     }
 
-    /// For inspection (`sluice leases`, `plan`): creates nothing.
+    /// For inspection (`sluice leases`, `plan`): creates nothing, and waits longer for
+    /// answers than a worker, which must not outlive its leases' deadlines, may.
     pub async fn open_existing(url: &str, pool: &str, ttl: Duration) -> Result<Self, LeaseError> {
-        let mut store = Self::open(url, pool, ttl).await?;
+        let mut store = Self::open(url, pool, ttl, INSPECTION_TIMEOUT).await?;
         let (present,): (bool,) = store
             .timed(
                 sqlx::query_as(
@@ -51,8 +56,12 @@ impl PgLeaseStore {
         Ok(store)
     }
 
-    async fn open(url: &str, pool: &str, ttl: Duration) -> Result<Self, LeaseError> {
-        let timeout = (ttl / 5).clamp(Duration::from_millis(500), Duration::from_secs(5));
+    async fn open(
+        url: &str,
+        pool: &str,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Self, LeaseError> {
         let connect = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(timeout)
