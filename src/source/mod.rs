@@ -123,7 +123,10 @@ pub async fn inspect_backlog(config: &Config) -> Result<BacklogReport, SourceErr
     }
     let mut source = open(config, false).await?;
     let records = source.count_backlog().await;
-    let _ = source.close(false).await;
+    // Closing a file source saves its checkpoint: an inspection writes nothing.
+    if config.source.kind != SourceKind::File {
+        let _ = source.close(false).await;
+    }
     Ok(BacklogReport {
         records: records?,
         note: None,
