@@ -85,11 +85,27 @@ fn survives_the_broker_closing_every_connection() {
     config(dir.path(), &queue, 2_500.0);
     let w = worker(dir.path(), true);
     std::thread::sleep(Duration::from_millis(1_500));
-    let closed = Command::new("rabbitmqctl")
-        .args(["-q", "close_all_connections", "sluice test: broker blip"])
-        .status()
+    // Only this worker's connections: closing every connection on the shared broker
+    // would also cut the other tests running beside this one.
+    let listed = Command::new("rabbitmqctl")
+        .args(["-q", "--no-table-headers", "list_connections", "pid", "client_properties"])
+        .output()
         .unwrap();
-    assert!(closed.success());
+    assert!(listed.status.success());
+    let name = format!("sluice: {queue}");
+    let pids: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter(|line| line.contains(&name))
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert!(!pids.is_empty(), "the worker's connection is listed as {name:?}");
+    for pid in pids {
+        let closed = Command::new("rabbitmqctl")
+            .args(["-q", "close_connection", &pid, "sluice test: broker blip"])
+            .status()
+            .unwrap();
+        assert!(closed.success());
+    }
     let out = finish(w, Duration::from_secs(120));
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(

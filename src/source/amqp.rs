@@ -85,7 +85,11 @@ impl AmqpSource {
     }
 
     async fn connect(&mut self) -> Result<(), AmqpError> {
-        let connection = Connection::connect(&self.url, ConnectionProperties::default()).await?;
+        // Named after the queue, so an operator (and `rabbitmqctl list_connections`) can
+        // tell which worker a connection belongs to.
+        let properties = ConnectionProperties::default()
+            .with_connection_name(format!("sluice: {}", self.queue).into());
+        let connection = Connection::connect(&self.url, properties).await?;
         let channel = connection.create_channel().await?;
         if self.declare {
             channel
