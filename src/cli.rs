@@ -300,10 +300,17 @@ async fn drain(
     pool: Option<(Arc<dyn LeaseStore>, PoolDefinition)>,
     stats: Arc<Stats>,
 ) -> Result<Summary, String> {
+    let started = tokio::time::Instant::now();
+    let mut shutdown = shutdown::on_signals();
     let source = source::open(config, !args.until_empty)
         .await
         .map_err(|e| format!("cannot open the source: {e}"))?;
-    let sink = sink::open(config).await.map_err(|e| e.to_string())?;
+    let Some(sink) = sink::open_when_ready(config, &mut shutdown)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(stats.summary(started.elapsed()));
+    };
     // With leases the worker starts with its reserved rate and earns the rest.
     let initial_rate = match &config.leases {
         Some(l) if l.by_assignment() => l.reserved.max(1.0),
@@ -377,7 +384,7 @@ async fn drain(
         }
     };
     let progress = Progress::start(stats);
-    let result = pipeline.run(shutdown::on_signals()).await;
+    let result = pipeline.run(shutdown).await;
     progress.finish();
     if let Some(t) = telemetry {
         t.abort();

@@ -88,7 +88,13 @@ fn survives_the_broker_closing_every_connection() {
     // Only this worker's connections: closing every connection on the shared broker
     // would also cut the other tests running beside this one.
     let listed = Command::new("rabbitmqctl")
-        .args(["-q", "--no-table-headers", "list_connections", "pid", "client_properties"])
+        .args([
+            "-q",
+            "--no-table-headers",
+            "list_connections",
+            "pid",
+            "client_properties",
+        ])
         .output()
         .unwrap();
     assert!(listed.status.success());
@@ -98,7 +104,10 @@ fn survives_the_broker_closing_every_connection() {
         .filter(|line| line.contains(&name))
         .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
         .collect();
-    assert!(!pids.is_empty(), "the worker's connection is listed as {name:?}");
+    assert!(
+        !pids.is_empty(),
+        "the worker's connection is listed as {name:?}"
+    );
     for pid in pids {
         let closed = Command::new("rabbitmqctl")
             .args(["-q", "close_connection", &pid, "sluice test: broker blip"])

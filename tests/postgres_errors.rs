@@ -458,3 +458,57 @@ fn a_dropped_table_stops_the_worker_without_dead_letters() {
     assert!(err.contains("SQLSTATE 42P01"), "{err}");
     assert_eq!(db.count("SELECT count(*) FROM sluice_dead_letters"), 0);
 }
+
+/// A worker started while its database is closed for maintenance waits for it, as a
+/// running worker does, and loads everything once the database opens.
+#[test]
+fn a_database_closed_at_start_is_waited_for() {
+    let db = Db::create("notnow_start");
+    db.admin("ALTER DATABASE {db} ALLOW_CONNECTIONS false");
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 300, &[]);
+    config(dir.path(), &db, 1000, 50);
+    let mut child = worker(dir.path(), true);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the worker gave up on a database closed at start"
+    );
+    db.admin("ALTER DATABASE {db} ALLOW_CONNECTIONS true");
+    let out = finish(child, Duration::from_secs(60));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("sink not available yet"), "{err}");
+    assert!(err.contains("55000"), "{err}");
+    assert_eq!(db.count("SELECT count(*) FROM records"), 300, "{err}");
+    assert_eq!(summary(&out)["written"], 300);
+}
+
+/// SIGTERM while the worker waits for its database ends it at once with exit 0: nothing
+/// was pulled, so nothing is lost.
+#[test]
+fn a_worker_waiting_for_its_database_stops_at_once() {
+    let db = Db::create("notnow_stop");
+    db.admin("ALTER DATABASE {db} ALLOW_CONNECTIONS false");
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 10, &[]);
+    config(dir.path(), &db, 1000, 50);
+    let child = worker(dir.path(), true);
+    std::thread::sleep(Duration::from_millis(1500));
+    let stopped = Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = finish(child, Duration::from_secs(10));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(stopped.elapsed() < Duration::from_secs(5), "{err}");
+    assert_eq!(summary(&out)["written"], 0);
+    db.admin("ALTER DATABASE {db} ALLOW_CONNECTIONS true");
+    assert_eq!(
+        db.count("SELECT count(*) FROM pg_tables WHERE tablename = 'records'"),
+        0
+    );
+}

@@ -39,10 +39,12 @@ pub async fn open(
         (Some(url), _) if url.starts_with("postgres") => Err(SinkError {
             url: url.clone(),
             message: "a PostgreSQL dead-letter store is not available in this build; use url = \"sqlite://…\" or path = \"….ndjson\"".into(),
+            not_now: false,
         }),
         (Some(url), _) => Err(SinkError {
             url: url.clone(),
             message: "unsupported dead-letter store URL".into(),
+            not_now: false,
         }),
         (None, Some(path)) => Ok(Arc::new(
             ndjson::NdjsonDeadLetters::open(path, target).await?,
@@ -50,6 +52,7 @@ pub async fn open(
         (None, None) => Err(SinkError {
             url: String::new(),
             message: "sink.dead_letters needs url or path".into(),
+            not_now: false,
         }),
     }
 }

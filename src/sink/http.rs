@@ -53,6 +53,7 @@ impl HttpSink {
         let fail = |message: String| SinkError {
             url: config.url.clone(),
             message,
+            not_now: false,
         };
         let headers = headers::build(&config.headers, |var| std::env::var(var).ok())
             .map_err(|e| fail(e.to_string()))?;

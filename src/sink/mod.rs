@@ -16,7 +16,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::config::{Config, SinkKind};
+use crate::control::backoff::Backoff;
 use crate::record::{DeadLetter, Row};
+use crate::shutdown::Shutdown;
 
 /// How one write went.
 #[derive(Debug, Clone, PartialEq)]
@@ -94,6 +96,40 @@ pub trait Sink: Send + Sync {
 pub struct SinkError {
     pub url: String,
     pub message: String,
+    /// The sink cannot be reached or cannot take writes *now* (refused, a maintenance
+    /// window, a server starting up): `run` waits for it instead of failing.
+    pub not_now: bool,
+}
+
+/// Opens the sink, waiting while it cannot be reached or cannot take writes now (a
+/// maintenance window, a failover, a server starting up) — the same outage a running
+/// worker waits out — with backoff capped at `throttle.max_pause`. `None` when shutdown
+/// was requested first: nothing was pulled, so nothing is lost.
+pub async fn open_when_ready(
+    config: &Config,
+    shutdown: &mut Shutdown,
+) -> Result<Option<Arc<dyn Sink>>, SinkError> {
+    let backoff = Backoff::new(
+        config.retry.min_delay.min(config.throttle.max_pause),
+        config.throttle.max_pause,
+        config.retry.factor,
+    );
+    let mut attempt = 0;
+    loop {
+        match open(config).await {
+            Ok(sink) => return Ok(Some(sink)),
+            Err(e) if e.not_now => {
+                attempt += 1;
+                let wait = backoff.delay(attempt, &mut rand::rng());
+                tracing::warn!(?wait, "sink not available yet, waiting: {e}");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.requested() => return Ok(None),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Opens the sink the configuration names and creates its tables if missing.

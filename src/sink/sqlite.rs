@@ -51,6 +51,7 @@ impl SqliteSink {
         let fail = |e: &dyn std::fmt::Display| SinkError {
             url: config.url.clone(),
             message: e.to_string(),
+            not_now: false,
         };
         let pool = connect(&config.url).await.map_err(|e| fail(&e))?;
         let table = quote(&config.table);

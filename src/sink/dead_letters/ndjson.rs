@@ -100,6 +100,7 @@ impl NdjsonDeadLetters {
         let fail = |e: std::io::Error| SinkError {
             url: path.display().to_string(),
             message: format!("dead-letter file: {e}"),
+            not_now: false,
         };
         let owned = path.to_path_buf();
         let inner = tokio::task::spawn_blocking(move || open_file(&owned))

@@ -28,6 +28,7 @@ impl SqliteDeadLetters {
         let fail = |e: sqlx::Error| SinkError {
             url: url.to_string(),
             message: format!("dead-letter store: {e}"),
+            not_now: false,
         };
         let pool = connect(url).await.map_err(fail)?;
         Self::create(pool, target).await.map_err(fail)

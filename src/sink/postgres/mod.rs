@@ -46,6 +46,7 @@ impl PostgresSink {
         let fail = |e: &dyn std::fmt::Display| SinkError {
             url: crate::redact::redact(&sink.url),
             message: e.to_string(),
+            not_now: false,
         };
         let options = PgConnectOptions::from_str(&sink.url)
             .map_err(|e| fail(&e))?
@@ -63,7 +64,13 @@ impl PostgresSink {
             })
             .connect_with(options)
             .await
-            .map_err(|e| fail(&e))?;
+            .map_err(|e| SinkError {
+                not_now: matches!(
+                    judge(&e, Phase::Connect, &sink.throttle_sqlstates),
+                    WriteOutcome::Unavailable(_) | WriteOutcome::Throttled { .. }
+                ),
+                ..fail(&e)
+            })?;
         let layout = match &sink.columns {
             None => Layout::created(&sink.table),
             Some(columns) => {
@@ -194,30 +201,36 @@ impl PostgresSink {
 
     /// Sorts an error into what the delivery should do about it.
     fn outcome(&self, err: sqlx::Error, phase: Phase) -> WriteOutcome {
-        match &err {
-            sqlx::Error::Database(db) => {
-                let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-                let reason = format!("SQLSTATE {code}: {}", db.message());
-                match classify(&code, phase, &self.throttle_sqlstates) {
-                    ErrorClass::Throttle => WriteOutcome::Throttled {
-                        retry_after: None,
-                        reason,
-                    },
-                    ErrorClass::Unavailable => WriteOutcome::Unavailable(reason),
-                    ErrorClass::Transient => WriteOutcome::Transient(reason),
-                    ErrorClass::Permanent => WriteOutcome::Rejected { rows: None, reason },
-                    ErrorClass::Fatal => WriteOutcome::Fatal(reason),
-                    ErrorClass::Unexplained => WriteOutcome::Unexplained(reason),
-                }
+        judge(&err, phase, &self.throttle_sqlstates)
+    }
+}
+
+/// Sorts an error into what the delivery should do about it, by its SQLSTATE (or, without
+/// one, by whether the connection itself failed).
+fn judge(err: &sqlx::Error, phase: Phase, throttle_sqlstates: &[String]) -> WriteOutcome {
+    match err {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            let reason = format!("SQLSTATE {code}: {}", db.message());
+            match classify(&code, phase, throttle_sqlstates) {
+                ErrorClass::Throttle => WriteOutcome::Throttled {
+                    retry_after: None,
+                    reason,
+                },
+                ErrorClass::Unavailable => WriteOutcome::Unavailable(reason),
+                ErrorClass::Transient => WriteOutcome::Transient(reason),
+                ErrorClass::Permanent => WriteOutcome::Rejected { rows: None, reason },
+                ErrorClass::Fatal => WriteOutcome::Fatal(reason),
+                ErrorClass::Unexplained => WriteOutcome::Unexplained(reason),
             }
-            sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::Protocol(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed => WriteOutcome::Unavailable(err.to_string()),
-            _ => WriteOutcome::Fatal(err.to_string()),
         }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => WriteOutcome::Unavailable(err.to_string()),
+        _ => WriteOutcome::Fatal(err.to_string()),
     }
 }
 
