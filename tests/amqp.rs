@@ -82,7 +82,9 @@ fn survives_the_broker_closing_every_connection() {
     let dir = tempfile::tempdir().unwrap();
     let queue = unique("sluice_blip");
     amqp_publish(&queue, 10_000);
-    config(dir.path(), &queue, 2_500.0);
+    // 10 s of draining: the blip (two rabbitmqctl calls, a second or more each on a busy
+    // machine) must land while the worker still runs.
+    config(dir.path(), &queue, 1_000.0);
     let w = worker(dir.path(), true);
     std::thread::sleep(Duration::from_millis(1_500));
     // Only this worker's connections: closing every connection on the shared broker

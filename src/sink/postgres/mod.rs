@@ -69,7 +69,14 @@ impl PostgresSink {
                     judge(&e, Phase::Connect, &sink.throttle_sqlstates),
                     WriteOutcome::Unavailable(_) | WriteOutcome::Throttled { .. }
                 ),
-                ..fail(&e)
+                ..match &e {
+                    sqlx::Error::Database(db) => fail(&format!(
+                        "SQLSTATE {}: {}",
+                        db.code().unwrap_or_default(),
+                        db.message()
+                    )),
+                    _ => fail(&e),
+                }
             })?;
         let layout = match &sink.columns {
             None => Layout::created(&sink.table),
