@@ -332,9 +332,10 @@ async fn drain(
         Decoder::new(config.sink.key.clone()),
         cadence,
         Delivery::new(sink, &config.retry, stats.clone())
-            .with_limit(Arc::new(crate::control::limit::gate::LimitGate::new(
-                config.concurrency.build(),
-            )))
+            .with_limit(Arc::new(
+                crate::control::limit::gate::LimitGate::new(config.concurrency.build())
+                    .with_cuts(config.concurrency.cuts_overdue()),
+            ))
             .with_backpressure(Arc::new(Backpressure::new(
                 &config.throttle,
                 &config.retry,

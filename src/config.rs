@@ -494,6 +494,11 @@ pub struct ConcurrencyConfig {
     pub tolerance: f64,
     /// gradient2: writes allowed to queue at the sink.
     pub queue: f64,
+    /// Adaptive algorithms: a write still running while the writes in flight exceed twice
+    /// the limit (or twice what the sink lately answered in good time) is cut after 4
+    /// typical round trips (at least 1 s), and writes sent again after no answer wait for
+    /// a place under the limit; `false` leaves every write to `sink.timeout`.
+    pub cut_overdue: bool,
 }
 
 impl Default for ConcurrencyConfig {
@@ -511,11 +516,17 @@ impl Default for ConcurrencyConfig {
             smoothing: 0.2,
             tolerance: 1.5,
             queue: 1.0,
+            cut_overdue: true,
         }
     }
 }
 
 impl ConcurrencyConfig {
+    /// Whether overdue writes are cut: only a limit that adapts can act on the drop.
+    pub fn cuts_overdue(&self) -> bool {
+        self.cut_overdue && self.algorithm != ConcurrencyAlgorithm::Fixed
+    }
+
     /// The limit this configuration describes.
     pub fn build(&self) -> Box<dyn crate::control::limit::ConcurrencyLimit> {
         use crate::control::limit::{aimd, fixed, gradient2, vegas};

@@ -55,6 +55,12 @@ struct Piece {
     /// These rows were sent before and failed for a reason that may pass: sending them
     /// again is a retry (budgeted), not a new request.
     retry: bool,
+    /// The last write of these rows got no answer (timed out, cut, reset): the sink may
+    /// have stored them. Sent again only under the concurrency limit, and counted.
+    unanswered: bool,
+    /// The last write was cut short by the limit gate: the gate paces the resend, so it
+    /// does not wait for the retry budget (it would, for as long as the sink's timeout).
+    cut: bool,
 }
 
 impl Delivery {
@@ -92,16 +98,28 @@ impl Delivery {
     }
 
     /// One write, measured: its latency and outcome feed the concurrency limit and the
-    /// metrics.
-    async fn write(&self, rows: &[Row]) -> WriteOutcome {
-        let inflight = self.gate.started();
-        let began = std::time::Instant::now();
-        let outcome = self.sink.write(rows).await;
+    /// metrics. `None` when the gate cut it short: the limit has fallen far below the
+    /// writes in flight and this one is overdue (a drop, its fate unknown). A resend after
+    /// no answer first waits for a place under the limit.
+    async fn write(&self, rows: &[Row], resend: bool) -> Option<WriteOutcome> {
+        let inflight = if resend {
+            Stats::add(&self.stats.resent_unanswered, rows.len() as u64);
+            self.gate.start_within_limit().await
+        } else {
+            self.gate.started()
+        };
+        let began = tokio::time::Instant::now();
+        let outcome = tokio::select! {
+            outcome = self.sink.write(rows) => Some(outcome),
+            _ = self.gate.overdue(began) => None,
+        };
         let rtt = began.elapsed();
-        self.gate.finished(rtt, inflight, outcome.is_drop());
+        self.gate
+            .finished(rtt, inflight, outcome.as_ref().is_none_or(|o| o.is_drop()));
         metrics::histogram!(WRITE_SECONDS).record(rtt.as_secs_f64());
         self.stats.write_latency.record(rtt);
-        metrics::counter!(REQUESTS, "outcome" => outcome.label()).increment(1);
+        let label = outcome.as_ref().map_or("cut", |o| o.label());
+        metrics::counter!(REQUESTS, "outcome" => label).increment(1);
         outcome
     }
 
@@ -137,6 +155,8 @@ impl Delivery {
             attempts: 0,
             throttles: 0,
             retry: false,
+            unanswered: false,
+            cut: false,
         }];
         let mut outage = 0u32;
         let mut unexplained = UnexplainedFailures::default();
@@ -144,7 +164,9 @@ impl Delivery {
             if piece.rows.is_empty() {
                 continue;
             }
-            if piece.retry {
+            if std::mem::take(&mut piece.cut) {
+                // Paced by the limit gate instead.
+            } else if piece.retry {
                 if until(&mut stop, self.pressure.retry_permit(piece.rows.len()))
                     .await
                     .is_none()
@@ -157,7 +179,20 @@ impl Delivery {
             let Some(sent_at) = until(&mut stop, self.pressure.clear_to_send()).await else {
                 return abandoned();
             };
-            match self.write(&piece.rows).await {
+            let resend = std::mem::take(&mut piece.unanswered);
+            let Some(outcome) = self.write(&piece.rows, resend).await else {
+                Stats::add(&self.stats.retries, 1);
+                tracing::debug!(
+                    rows = piece.rows.len(),
+                    "write cut short: far more in flight than the limit"
+                );
+                piece.retry = true;
+                piece.unanswered = true;
+                piece.cut = true;
+                todo.push(piece);
+                continue;
+            };
+            match outcome {
                 WriteOutcome::Written {
                     inserted,
                     duplicates,
@@ -198,6 +233,7 @@ impl Delivery {
                         return abandoned();
                     }
                     piece.retry = true;
+                    piece.unanswered = true;
                     todo.push(piece);
                 }
                 WriteOutcome::Transient(reason) => {
@@ -358,12 +394,16 @@ fn split(piece: Piece) -> [Piece; 2] {
             attempts: piece.attempts,
             throttles: 0,
             retry: piece.retry,
+            unanswered: piece.unanswered,
+            cut: false,
         },
         Piece {
             rows: first,
             attempts: piece.attempts,
             throttles: 0,
             retry: piece.retry,
+            unanswered: piece.unanswered,
+            cut: false,
         },
     ]
 }

@@ -15,6 +15,8 @@ pub struct Stats {
     pub dead_lettered: AtomicU64,
     pub throttled: AtomicU64,
     pub retries: AtomicU64,
+    /// Rows sent again after a write that got no answer.
+    pub resent_unanswered: AtomicU64,
     pub batches_in_flight: AtomicU64,
     /// Source progress in bytes (file) or records (queue): consumed so far, and in all.
     pub source_done: AtomicU64,
@@ -155,6 +157,7 @@ impl Stats {
             duplicates: self.duplicates.load(Relaxed),
             throttled: self.throttled.load(Relaxed),
             retries: self.retries.load(Relaxed),
+            resent_unanswered: self.resent_unanswered.load(Relaxed),
             write_p50_ms: self.write_latency.quantile(0.5).map(ms),
             write_p95_ms: self.write_latency.quantile(0.95).map(ms),
             elapsed_s: (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
@@ -176,6 +179,10 @@ pub struct Summary {
     pub throttled: u64,
     /// Writes repeated after a transient failure or a throttle.
     pub retries: u64,
+    /// Rows sent again after a write that got no answer (timed out, cut short, reset,
+    /// refused): the sink may have stored them already, so they can come back as
+    /// `duplicates`. An upper bound on the duplicates the worker itself caused.
+    pub resent_unanswered: u64,
     /// Sink write latency percentiles (within 5%), milliseconds.
     pub write_p50_ms: Option<f64>,
     pub write_p95_ms: Option<f64>,
@@ -198,13 +205,14 @@ impl std::fmt::Display for Summary {
         };
         write!(
             f,
-            "pulled {} · written {} · duplicates {} · dead-lettered {} · throttled {} · retries {} · {:.1} s ({:.0} rec/s)",
+            "pulled {} · written {} · duplicates {} · dead-lettered {} · throttled {} · retries {} · resent unanswered {} · {:.1} s ({:.0} rec/s)",
             self.pulled,
             self.written,
             self.duplicates,
             self.dead_lettered,
             self.throttled,
             self.retries,
+            self.resent_unanswered,
             self.elapsed_s,
             rate
         )

@@ -21,12 +21,35 @@ struct Outcome {
     goodput: f64,
     /// Records accepted in all.
     accepted: u64,
+    /// The longest time the sink took no record, from its first to its last.
+    longest_gap: Duration,
+    /// Records the sink took that it already had.
+    sink_duplicates: u64,
 }
+
+/// The sink emulator's latency: `base` 50 ms up to `knee` in flight, then doubling every
+/// `k` more; the worker's `sink.timeout`.
+struct Sink {
+    knee: u32,
+    k: f64,
+    timeout: &'static str,
+}
+
+/// The sink the settling tests run against: a knee of 8, doubling every 2 more.
+const KNEE_8: Sink = Sink {
+    knee: 8,
+    k: 2.0,
+    timeout: "2s",
+};
 
 /// The runs measure real time on a small machine: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn drain(concurrency: &str, records: usize, time_limit: Duration) -> Outcome {
+    drain_into(&KNEE_8, concurrency, records, time_limit)
+}
+
+fn drain_into(sink: &Sink, concurrency: &str, records: usize, time_limit: Duration) -> Outcome {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -36,9 +59,9 @@ fn drain(concurrency: &str, records: usize, time_limit: Duration) -> Outcome {
     cfg.burst = 1_000_000;
     cfg.latency = LatencyModel {
         base: Duration::from_millis(50),
-        knee: 8,
+        knee: sink.knee,
         factor: 2.0,
-        k: 2.0,
+        k: sink.k,
     };
     let sim = rt.block_on(SimSink::start(cfg)).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -47,11 +70,12 @@ fn drain(concurrency: &str, records: usize, time_limit: Duration) -> Outcome {
         dir.path().join("sluice.toml"),
         format!(
             "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n\
-             [sink]\nkind = \"http\"\nurl = \"http://{}/ingest\"\nkey = \"/id\"\nmax_batch = {BATCH}\ntimeout = \"2s\"\n\n\
+             [sink]\nkind = \"http\"\nurl = \"http://{}/ingest\"\nkey = \"/id\"\nmax_batch = {BATCH}\ntimeout = \"{}\"\n\n\
              [sink.dead_letters]\npath = \"dead.ndjson\"\n\n\
              [rate]\nrecords_per_second = 1000000\ntick = \"200ms\"\n\n\
              [concurrency]\n{concurrency}\n\n[shutdown]\ngrace = \"1s\"\n",
-            sim.addr()
+            sim.addr(),
+            sink.timeout
         ),
     )
     .unwrap();
@@ -73,19 +97,33 @@ fn drain(concurrency: &str, records: usize, time_limit: Duration) -> Outcome {
     }
     let out = child.wait_with_output().unwrap();
     let summary = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
-    let windows: Vec<u64> = {
+    let (windows, window_ms, sink_duplicates) = {
         let _g = rt.enter();
-        sim.stats().windows.iter().map(|w| w.accepted).collect()
+        let stats = sim.stats();
+        let windows: Vec<u64> = stats.windows.iter().map(|w| w.accepted).collect();
+        (windows, stats.window_ms, stats.duplicates)
     };
     let busy: Vec<u64> = windows.into_iter().skip_while(|&n| n == 0).collect();
+    let active = busy.len() - busy.iter().rev().take_while(|&&n| n == 0).count();
+    let longest_idle = busy[..active]
+        .split(|&n| n > 0)
+        .map(<[u64]>::len)
+        .max()
+        .unwrap_or(0);
+    let longest_gap = Duration::from_millis(longest_idle as u64 * window_ms);
     let half = &busy[busy.len() / 2..busy.len().saturating_sub(1).max(busy.len() / 2)];
     let goodput = half.iter().sum::<u64>() as f64 / (half.len().max(1) as f64 * 0.2);
     let accepted = busy.iter().sum();
-    eprintln!("{concurrency:?}: {summary} goodput {goodput:.0} rec/s, {accepted} accepted");
+    eprintln!(
+        "{concurrency:?}: {summary} goodput {goodput:.0} rec/s, {accepted} accepted, \
+         {sink_duplicates} already there, longest gap {longest_gap:?}"
+    );
     Outcome {
         summary,
         goodput,
         accepted,
+        longest_gap,
+        sink_duplicates,
     }
 }
 
@@ -162,4 +200,60 @@ fn vegas_and_gradient2_settle_without_collapsing_the_sink() {
             run.goodput
         );
     }
+}
+
+/// Issue 25: gradient2 told to start at 32 against a sink whose latency doubles for every
+/// request past 2 in flight. Without cuts the limit fell to 2–3 while the batches already
+/// sent each waited for their 10 s timeout and were then all sent again together: writes
+/// came in bursts 10 s apart and every resend was a duplicate. With cuts a write far over
+/// the fallen limit is given up after 4 good round trips and sent again only under the
+/// limit. The sink stores a request when it arrives, so resends after no answer are
+/// duplicates: the summary counts them.
+#[test]
+fn gradient2_from_32_past_a_knee_of_2_does_not_stall() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let sink = Sink {
+        knee: 2,
+        k: 1.0,
+        timeout: "10s",
+    };
+    let records = 4_000;
+    let gradient2 = "algorithm = \"gradient2\"\nmax = 64\ninitial = 32";
+    let old = drain_into(
+        &sink,
+        &format!("{gradient2}\ncut_overdue = false"),
+        records,
+        Duration::from_secs(120),
+    );
+    let new = drain_into(&sink, gradient2, records, Duration::from_secs(120));
+    for (name, run) in [("without cuts", &old), ("with cuts", &new)] {
+        eprintln!(
+            "{name}: {} s, longest gap {:?}, duplicates {} (sink: {}), resent unanswered {}",
+            run.summary["elapsed_s"],
+            run.longest_gap,
+            run.summary["duplicates"],
+            run.sink_duplicates,
+            run.summary["resent_unanswered"],
+        );
+    }
+    let written = new.summary["written"].as_u64().unwrap();
+    let duplicates = new.summary["duplicates"].as_u64().unwrap();
+    assert_eq!(written + duplicates, records as u64);
+    assert_eq!(new.summary["dead_lettered"], 0);
+    assert!(
+        new.longest_gap < Duration::from_secs(5),
+        "no stall: {:?}",
+        new.longest_gap
+    );
+    // Every duplicate the sink saw came from a resend the summary owned up to.
+    assert!(
+        new.summary["resent_unanswered"].as_u64().unwrap() >= new.sink_duplicates,
+        "{}",
+        new.summary
+    );
+    assert!(
+        old.longest_gap >= Duration::from_secs(5),
+        "the stall this guards against: {:?}",
+        old.longest_gap
+    );
 }

@@ -1,16 +1,64 @@
 //! The concurrency limit as the pipeline and its deliveries share it: deliveries report
 //! every sink write (latency, writes in flight when it started, whether the sink pushed
 //! back); the pipeline admits a new batch only while batches in flight < the limit.
+//!
+//! When far more writes are in flight than the limit allows, or than the sink has lately
+//! answered in good time (a limit starting high against an unknown sink), those writes
+//! would otherwise each wait for their timeout, and their resends would go out together and
+//! overload the sink again. So the gate also says when a write is overdue ([`cut_after`]),
+//! and a write sent again after no answer waits for a place under the limit
+//! ([`LimitGate::start_within_limit`]).
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
 use super::{ConcurrencyLimit, Sample};
+
+/// A write is cut only while the writes in flight exceed this many times the limit (or
+/// the writes the sink answered in the last cut period, if fewer).
+const CUT_OVER: usize = 2;
+/// ... and once it has run this many typical round trips (the lower quartile of the
+/// recent answered writes: the slow answers of an overload must not stretch it),
+const CUT_AFTER_RTTS: u32 = 4;
+/// ... and never sooner than this: a database's ordinary slow write is not cut.
+const CUT_AFTER_AT_LEAST: Duration = Duration::from_secs(1);
+/// Recent answered writes kept: (round trip, how long ago it was answered).
+const ANSWERED: usize = 64;
+
+/// How long a write may run before it is cut, given the writes in flight now, the limit
+/// and recent answered writes (round trip, how long ago it was answered); `None` while it
+/// may run until its own timeout: nothing answered yet to judge by, or the writes in flight
+/// are within twice both the limit and the writes answered in the last cut period. (A
+/// limit that starts high against an unknown sink has not fallen yet when the sink shows
+/// it can take far less: what it answered says so.)
+pub fn cut_after(
+    inflight: usize,
+    limit: usize,
+    answered: &[(Duration, Duration)],
+) -> Option<Duration> {
+    let mut rtts: Vec<Duration> = answered.iter().map(|(rtt, _)| *rtt).collect();
+    rtts.sort_unstable();
+    let typical = *rtts.get(rtts.len() / 4)?;
+    let after = (typical * CUT_AFTER_RTTS).max(CUT_AFTER_AT_LEAST);
+    let lately = answered.iter().filter(|(_, ago)| *ago <= after).count();
+    (inflight > CUT_OVER * limit.min(lately).max(1)).then_some(after)
+}
 
 pub struct LimitGate {
     limit: Mutex<Box<dyn ConcurrencyLimit>>,
     writes_in_flight: AtomicUsize,
+    /// Recent answered writes (round trip, when answered), newest last.
+    answered: Mutex<VecDeque<(Duration, Instant)>>,
+    /// Whether overdue writes are cut and resends wait under the limit
+    /// (`[concurrency] cut_overdue`).
+    cuts: bool,
+    /// A write started or finished: the limit or the writes in flight changed.
+    changed: Notify,
 }
 
 impl LimitGate {
@@ -18,7 +66,15 @@ impl LimitGate {
         LimitGate {
             limit: Mutex::new(limit),
             writes_in_flight: AtomicUsize::new(0),
+            answered: Mutex::new(VecDeque::with_capacity(ANSWERED)),
+            cuts: true,
+            changed: Notify::new(),
         }
+    }
+
+    /// Whether overdue writes are cut and resends wait under the limit (on by default).
+    pub fn with_cuts(self, cuts: bool) -> Self {
+        LimitGate { cuts, ..self }
     }
 
     pub fn limit(&self) -> usize {
@@ -27,20 +83,286 @@ impl LimitGate {
 
     /// A write starts; returns the writes in flight, itself included.
     pub fn started(&self) -> usize {
-        self.writes_in_flight.fetch_add(1, SeqCst) + 1
+        let inflight = self.writes_in_flight.fetch_add(1, SeqCst) + 1;
+        self.changed.notify_waiters();
+        inflight
+    }
+
+    /// As [`LimitGate::started`], but first waits until the writes in flight are under the
+    /// limit. For writes sent again after no answer: sent at once, they would all land on
+    /// the sink together, as far over the limit as before.
+    pub async fn start_within_limit(&self) -> usize {
+        if !self.cuts {
+            return self.started();
+        }
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let limit = self.limit();
+            let taken = self.writes_in_flight.fetch_update(SeqCst, SeqCst, |n| {
+                if n < limit { Some(n + 1) } else { None }
+            });
+            if let Ok(before) = taken {
+                self.changed.notify_waiters();
+                return before + 1;
+            }
+            changed.await;
+        }
     }
 
     /// The write that `started` returned `inflight` for has ended.
     pub fn finished(&self, rtt: Duration, inflight: usize, dropped: bool) {
         self.writes_in_flight.fetch_sub(1, SeqCst);
+        if !dropped {
+            let mut answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+            if answered.len() == ANSWERED {
+                answered.pop_front();
+            }
+            answered.push_back((rtt, Instant::now()));
+        }
         self.lock().on_sample(Sample {
             rtt,
             inflight,
             dropped,
         });
+        self.changed.notify_waiters();
+    }
+
+    fn answered(&self) -> Vec<(Duration, Duration)> {
+        let answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        answered.iter().map(|(rtt, at)| (*rtt, now - *at)).collect()
+    }
+
+    /// Completes once a write that began at `began` is overdue by [`cut_after`]; never
+    /// when cuts are off.
+    pub async fn overdue(&self, began: Instant) {
+        if !self.cuts {
+            return std::future::pending().await;
+        }
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let inflight = self.writes_in_flight.load(SeqCst);
+            match cut_after(inflight, self.limit(), &self.answered()) {
+                Some(after) if began.elapsed() >= after => return,
+                Some(after) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(began + after) => {}
+                        _ = changed => {}
+                    }
+                }
+                // Answers age out of the judgement with time alone: look again.
+                None => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(CUT_AFTER_AT_LEAST) => {}
+                        _ = changed => {}
+                    }
+                }
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Box<dyn ConcurrencyLimit>> {
         self.limit.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::limit::fixed::FixedLimit;
+    use std::sync::Arc;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// `n` writes answered in `rtt`, just now.
+    fn lately(n: usize, rtt: Duration) -> Vec<(Duration, Duration)> {
+        vec![(rtt, Duration::ZERO); n]
+    }
+
+    #[test]
+    fn cuts_only_far_over_the_limit_after_four_typical_round_trips() {
+        let steady = [(ms(400), ms(0)), (ms(500), ms(0)), (ms(600), ms(0))];
+        assert_eq!(cut_after(4, 2, &steady), None, "2× the limit is tolerated");
+        assert_eq!(
+            cut_after(5, 2, &steady),
+            Some(ms(1600)),
+            "4 × the lower quartile"
+        );
+        assert_eq!(
+            cut_after(28, 2, &[]),
+            None,
+            "nothing answered yet to judge by"
+        );
+        assert_eq!(cut_after(3, 0, &steady), Some(ms(1600)), "limit at least 1");
+        let overload = [
+            (ms(50), ms(0)),
+            (ms(50), ms(0)),
+            (ms(3200), ms(0)),
+            (ms(6400), ms(0)),
+        ];
+        assert_eq!(cut_after(32, 2, &overload), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_fast_sink_is_given_a_second() {
+        assert_eq!(
+            cut_after(9, 4, &lately(10, ms(2))),
+            Some(Duration::from_secs(1))
+        );
+    }
+
+    #[test]
+    fn a_high_limit_is_judged_by_what_the_sink_answered_lately() {
+        // Started at 32: six writes answered within the last second, the rest still out.
+        // The limit has not fallen yet.
+        let start = [
+            (ms(50), ms(950)),
+            (ms(50), ms(950)),
+            (ms(100), ms(900)),
+            (ms(200), ms(800)),
+            (ms(400), ms(600)),
+            (ms(800), ms(200)),
+        ];
+        assert_eq!(cut_after(26, 32, &start), Some(Duration::from_secs(1)));
+        assert_eq!(cut_after(12, 32, &start), None, "within 2 × 6");
+        // A sink answering plenty, as a busy one at its knee does: no cut.
+        assert_eq!(cut_after(32, 32, &lately(64, ms(100))), None);
+        // Answers older than the cut period no longer count.
+        let old = vec![(ms(100), ms(1500)); 64];
+        assert_eq!(cut_after(3, 32, &old), Some(Duration::from_secs(1)));
+    }
+
+    fn gate(limit: usize) -> Arc<LimitGate> {
+        Arc::new(LimitGate::new(Box::new(FixedLimit(limit))))
+    }
+
+    /// One write answered in `rtt` with `inflight` in flight.
+    fn answered(gate: &LimitGate, rtt: Duration, inflight: usize) {
+        gate.started();
+        gate.finished(rtt, inflight, false);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_far_over_the_limit_is_overdue_after_four_typical_rtts() {
+        let gate = gate(2);
+        answered(&gate, ms(500), 2);
+        for _ in 0..5 {
+            gate.started();
+        }
+        let began = Instant::now();
+        gate.overdue(began).await;
+        assert_eq!(began.elapsed(), ms(2000));
+    }
+
+    /// Another writer whose writes the sink answers every 100 ms, one at a time.
+    fn keep_answering(gate: &Arc<LimitGate>) -> tokio::task::JoinHandle<()> {
+        let gate = gate.clone();
+        tokio::spawn(async move {
+            loop {
+                let n = gate.started();
+                tokio::time::sleep(ms(100)).await;
+                gate.finished(ms(100), n, false);
+            }
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_within_twice_the_limit_runs_while_the_sink_answers() {
+        let gate = gate(3);
+        let answering = keep_answering(&gate);
+        for _ in 0..5 {
+            gate.started();
+        }
+        // 5 + the answering writer's 1 = 6 = 2 × 3.
+        let began = Instant::now();
+        let cut = tokio::time::timeout(Duration::from_secs(60), gate.overdue(began)).await;
+        assert!(cut.is_err(), "not cut while 6 ≤ 2 × 3");
+        answering.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_is_cut_once_more_start_than_twice_the_limit() {
+        // Limit 3, six in flight: fine. Once one more starts (7 > 6) the old write, already
+        // running 5 s, is overdue at once (4 × 100 ms is under the 1 s floor).
+        let gate = gate(3);
+        let answering = keep_answering(&gate);
+        for _ in 0..5 {
+            gate.started();
+        }
+        let began = Instant::now();
+        let waiter = {
+            let gate = gate.clone();
+            tokio::spawn(async move { gate.overdue(began).await })
+        };
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!waiter.is_finished());
+        gate.started();
+        waiter.await.unwrap();
+        assert_eq!(began.elapsed(), Duration::from_secs(5));
+        answering.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sink_that_stops_answering_is_cut_down_to_two_in_flight() {
+        let gate = gate(32);
+        answered(&gate, ms(50), 1);
+        for _ in 0..3 {
+            gate.started();
+        }
+        let began = Instant::now();
+        gate.overdue(began).await;
+        assert_eq!(began.elapsed(), Duration::from_secs(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cuts_off_never_fire_and_resends_do_not_wait() {
+        let gate = Arc::new(LimitGate::new(Box::new(FixedLimit(1))).with_cuts(false));
+        answered(&gate, ms(50), 1);
+        for _ in 0..10 {
+            gate.started();
+        }
+        let cut = tokio::time::timeout(Duration::from_secs(60), gate.overdue(Instant::now())).await;
+        assert!(cut.is_err());
+        assert_eq!(gate.start_within_limit().await, 11);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resend_waits_for_a_place_under_the_limit() {
+        let gate = gate(2);
+        let a = gate.started();
+        gate.started();
+        let resend = {
+            let gate = gate.clone();
+            tokio::spawn(async move { gate.start_within_limit().await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!resend.is_finished(), "2 in flight, limit 2");
+        gate.finished(ms(50), a, false);
+        assert_eq!(resend.await.unwrap(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resends_take_the_free_places_one_each() {
+        let gate = gate(2);
+        let a = gate.started();
+        let b = gate.started();
+        let resends: Vec<_> = (0..5)
+            .map(|_| {
+                let gate = gate.clone();
+                tokio::spawn(async move { gate.start_within_limit().await })
+            })
+            .collect();
+        tokio::time::sleep(ms(1)).await;
+        gate.finished(ms(50), a, false);
+        gate.finished(ms(50), b, false);
+        tokio::time::sleep(ms(1)).await;
+        let started = resends.iter().filter(|r| r.is_finished()).count();
+        assert_eq!(started, 2, "two places freed, two resends went");
     }
 }
