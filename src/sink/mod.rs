@@ -96,14 +96,14 @@ pub trait Sink: Send + Sync {
 pub struct SinkError {
     pub url: String,
     pub message: String,
-    /// The sink cannot be reached or cannot take writes *now* (refused, a maintenance
-    /// window, a server starting up): `run` waits for it instead of failing.
+    /// The sink answered that it cannot take writes *now* (a maintenance window, a
+    /// server starting up): `run` waits for it instead of failing.
     pub not_now: bool,
 }
 
-/// Opens the sink, waiting while it cannot be reached or cannot take writes now (a
-/// maintenance window, a failover, a server starting up) — the same outage a running
-/// worker waits out — with backoff capped at `throttle.max_pause`. `None` when shutdown
+/// Opens the sink, waiting while it answers that it cannot take writes now (a
+/// maintenance window, a server starting up) — the same outage a running worker waits
+/// out — with backoff capped at `throttle.max_pause`. `None` when shutdown
 /// was requested first: nothing was pulled, so nothing is lost.
 pub async fn open_when_ready(
     config: &Config,

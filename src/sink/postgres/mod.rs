@@ -64,11 +64,15 @@ impl PostgresSink {
             })
             .connect_with(options)
             .await
+            // Waited for only when a server answered "not now" (closed for maintenance,
+            // starting up, too many connections): one that cannot be reached at all at
+            // start may not exist (a wrong host or port), so that fails at once.
             .map_err(|e| SinkError {
-                not_now: matches!(
-                    judge(&e, Phase::Connect, &sink.throttle_sqlstates),
-                    WriteOutcome::Unavailable(_) | WriteOutcome::Throttled { .. }
-                ),
+                not_now: matches!(e, sqlx::Error::Database(_))
+                    && matches!(
+                        judge(&e, Phase::Connect, &sink.throttle_sqlstates),
+                        WriteOutcome::Unavailable(_) | WriteOutcome::Throttled { .. }
+                    ),
                 ..match &e {
                     sqlx::Error::Database(db) => fail(&format!(
                         "SQLSTATE {}: {}",
