@@ -400,50 +400,6 @@ fn amqp_messages_over_max_record_bytes_are_dead_lettered_not_written() {
     assert_eq!(amqp_queue_counts(&queue), (0, 0));
 }
 
-/// Publishes the bodies to a fresh durable queue, persistent, with publisher confirms.
-fn amqp_publish_bodies(queue: &str, bodies: &[String]) {
-    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
-    use lapin::types::FieldTable;
-    use lapin::{BasicProperties, Connection, ConnectionProperties};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let conn = Connection::connect(&amqp_url(), ConnectionProperties::default())
-            .await
-            .unwrap();
-        let ch = conn.create_channel().await.unwrap();
-        ch.queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-        ch.confirm_select(ConfirmSelectOptions::default())
-            .await
-            .unwrap();
-        for body in bodies {
-            let c = ch
-                .basic_publish(
-                    "".into(),
-                    queue.into(),
-                    BasicPublishOptions::default(),
-                    body.as_bytes(),
-                    BasicProperties::default().with_delivery_mode(2),
-                )
-                .await
-                .unwrap();
-            assert!(c.await.unwrap().is_ack());
-        }
-        conn.close(200, "done".into()).await.unwrap();
-    });
-}
-
 async fn pg_exec(url: &str, sql: &str) {
     use sqlx::Connection;
     let mut conn = sqlx::PgConnection::connect(url).await.unwrap();

@@ -110,6 +110,15 @@ pub fn unique(prefix: &str) -> String {
 
 /// Publishes `n` persistent JSON messages `{"id":"k{i}"}` with publisher confirms.
 pub fn amqp_publish(queue: &str, n: usize) {
+    let bodies: Vec<String> = (0..n)
+        .map(|i| format!("{{\"id\":\"k{i}\",\"n\":{i}}}"))
+        .collect();
+    amqp_publish_bodies(queue, &bodies);
+}
+
+/// Publishes the bodies to a durable queue (declared if missing), persistent, with
+/// publisher confirms awaited once all are sent.
+pub fn amqp_publish_bodies(queue: &str, bodies: &[String]) {
     use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
     use lapin::types::FieldTable;
     use lapin::{BasicProperties, Connection, ConnectionProperties};
@@ -135,9 +144,8 @@ pub fn amqp_publish(queue: &str, n: usize) {
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
             .unwrap();
-        let mut confirms = Vec::with_capacity(n);
-        for i in 0..n {
-            let body = format!("{{\"id\":\"k{i}\",\"n\":{i}}}");
+        let mut confirms = Vec::with_capacity(bodies.len());
+        for body in bodies {
             let c = ch
                 .basic_publish(
                     "".into(),
