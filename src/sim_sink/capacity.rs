@@ -1,7 +1,55 @@
-//! The emulated database's capacity: a token bucket of records, refilled at `rate` per
-//! second up to `burst`, full at start. A request takes one token per record, all or none.
+//! The emulated database's capacity: a token bucket refilled at `rate` per second up to
+//! `burst`, full at start, counting one [`Unit`] — records, requests or request-body bytes,
+//! the three things real sinks limit (a database's rows, an API gateway's requests, a
+//! Kinesis-style byte quota). A request takes its cost in tokens, all or none.
 
 use std::time::Duration;
+
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+
+/// What the bucket counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unit {
+    /// Each record in the request costs one token.
+    #[default]
+    Records,
+    /// Each request costs one token, whatever it carries.
+    Requests,
+    /// Each byte of the HTTP request body costs one token.
+    Bytes,
+}
+
+impl Unit {
+    /// Tokens a request of `records` records in `body_bytes` bytes costs.
+    pub fn cost(self, records: u64, body_bytes: u64) -> u64 {
+        match self {
+            Unit::Records => records,
+            Unit::Requests => 1,
+            Unit::Bytes => body_bytes,
+        }
+    }
+
+    /// For messages: "rec/s", "req/s", "B/s".
+    pub fn per_second(self) -> &'static str {
+        match self {
+            Unit::Records => "rec/s",
+            Unit::Requests => "req/s",
+            Unit::Bytes => "B/s",
+        }
+    }
+
+    /// The quota unit of the IETF RateLimit-Policy field (draft-ietf-httpapi-ratelimit-headers
+    /// defines "requests" and "content-bytes"; "records" is this emulator's extension).
+    pub fn quota_unit(self) -> &'static str {
+        match self {
+            Unit::Records => "records",
+            Unit::Requests => "requests",
+            Unit::Bytes => "content-bytes",
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Capacity {
@@ -25,10 +73,10 @@ impl Capacity {
         }
     }
 
-    /// Takes `n` records' worth if the bucket holds it now; otherwise says how long until
-    /// it will. A request larger than the burst never fits: the answer is then the time to
-    /// fill the bucket, as a database answers a batch beyond its per-request budget — the
-    /// client has to split it.
+    /// Takes `n` tokens if the bucket holds them now; otherwise says how long until it
+    /// will. A request costing more than the burst never fits: the answer is then the time
+    /// to fill the bucket, as a database answers a batch beyond its per-request budget —
+    /// the client has to split it.
     pub fn try_take(&mut self, n: u64, now: Duration) -> Result<(), Duration> {
         self.refill(now);
         let n = n as f64;
@@ -107,5 +155,67 @@ mod tests {
         assert_eq!(c.try_take(161, ms(10_000)), Err(ms(200)));
         assert_eq!(c.try_take(160, ms(10_000)), Ok(()));
         assert_eq!(c.try_take(161, ms(10_000)), Err(ms(200)));
+    }
+
+    /// Feeds `requests` of `records` records in `bytes` bytes each, one every `every`, to a
+    /// bucket counting `unit`; returns how many were taken.
+    fn taken(unit: Unit, rate: f64, burst: u32, records: u64, bytes: u64, every: u64) -> u64 {
+        let mut c = Capacity::new(rate, burst);
+        (0..1000u64)
+            .filter(|i| c.try_take(unit.cost(records, bytes), ms(every * i)).is_ok())
+            .count() as u64
+    }
+
+    #[test]
+    fn records_count_the_records_whatever_the_requests() {
+        // 20 requests/s of 50 records in 2 kB into 500 rec/s: from the first ask to the
+        // last (49.95 s) 24,975 records earned plus the burst of 1,000, in 50s: 519.
+        assert_eq!(taken(Unit::Records, 500.0, 1000, 50, 2000, 50), 519);
+        // The same records in one request a second go through whole.
+        assert_eq!(taken(Unit::Records, 500.0, 1000, 500, 20_000, 1000), 1000);
+    }
+
+    #[test]
+    fn requests_count_one_each_whatever_they_carry() {
+        // 20 requests/s, burst 10, asked 50 a second: over 19.98 s, 399.6 earned plus the
+        // burst; the same with 1 record or 1000 in each.
+        assert_eq!(taken(Unit::Requests, 20.0, 10, 1, 60, 20), 409);
+        assert_eq!(taken(Unit::Requests, 20.0, 10, 1000, 60_000, 20), 409);
+        // Asked at the limit or below, nothing is refused.
+        assert_eq!(taken(Unit::Requests, 20.0, 10, 100, 6000, 50), 1000);
+        let mut c = Capacity::new(20.0, 10);
+        for _ in 0..10 {
+            assert_eq!(
+                c.try_take(Unit::Requests.cost(5000, 1 << 20), ms(0)),
+                Ok(())
+            );
+        }
+        // The eleventh waits for one token: 50 ms at 20/s.
+        assert_eq!(c.try_take(1, ms(0)), Err(ms(50)));
+    }
+
+    #[test]
+    fn bytes_count_the_body() {
+        // 10 kB/s, burst 10 kB, bodies of 1 kB every 50 ms (20 kB/s asked): over 49.95 s,
+        // 499.5 kB earned plus the burst; whatever the records they hold.
+        assert_eq!(taken(Unit::Bytes, 10_000.0, 10_000, 1, 1000, 50), 509);
+        assert_eq!(taken(Unit::Bytes, 10_000.0, 10_000, 40, 1000, 50), 509);
+        // 2 kB every 100 ms over 99.9 s: 1,009 kB in bodies of 2 kB.
+        assert_eq!(taken(Unit::Bytes, 10_000.0, 10_000, 1, 2000, 100), 504);
+    }
+
+    #[test]
+    fn a_request_over_the_burst_waits_for_a_full_bucket_in_any_unit() {
+        // 10 kB/s, burst 4 kB: a 5 kB body never fits; the answer is the time to fill.
+        let mut c = Capacity::new(10_000.0, 4000);
+        assert_eq!(c.try_take(Unit::Bytes.cost(1, 5000), ms(0)), Err(ms(400)));
+        assert_eq!(c.try_take(Unit::Bytes.cost(1, 4000), ms(0)), Ok(()));
+        assert_eq!(c.try_take(Unit::Bytes.cost(1, 5000), ms(0)), Err(ms(400)));
+        // A request is never over a burst of requests.
+        let mut c = Capacity::new(1.0, 1);
+        assert_eq!(
+            c.try_take(Unit::Requests.cost(1_000_000, 1 << 30), ms(0)),
+            Ok(())
+        );
     }
 }

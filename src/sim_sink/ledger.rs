@@ -1,12 +1,15 @@
-//! What the emulated database saw: counts of requests and records by fate, the keys it
-//! stored (a key stored twice counts as a duplicate, not as a second row), and what it
-//! accepted in each 200 ms window since it started — the shape of the load, for plots and
-//! for assertions such as "after the first seconds, fewer than 5% throttled".
+//! What the emulated database saw: counts of requests, records and body bytes by fate, the
+//! keys it stored (a key stored twice counts as a duplicate, not as a second row), and what
+//! it accepted in each 200 ms window since it started — the shape of the load in each unit a
+//! sink may limit, for plots and for assertions such as "after the first seconds, fewer than
+//! 5% throttled".
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use super::capacity::Unit;
 
 pub const WINDOW: Duration = Duration::from_millis(200);
 
@@ -24,8 +27,16 @@ pub struct SimStats {
     /// Records in requests that could be read (including throttled and rejected ones):
     /// what the clients sent.
     pub records_received: u64,
+    /// Body bytes of the requests whose records were counted in `records_received`.
+    #[serde(default)]
+    pub bytes_received: u64,
     /// Records taken (newly stored or duplicates).
     pub accepted: u64,
+    /// Requests taken (answered 200), and the bytes of their bodies.
+    #[serde(default)]
+    pub requests_accepted: u64,
+    #[serde(default)]
+    pub bytes_accepted: u64,
     /// Distinct keys stored.
     pub inserted: u64,
     /// Records whose key was already stored.
@@ -51,6 +62,36 @@ pub struct Window {
     pub requests: u64,
     /// Requests answered 429 in this window.
     pub rejected: u64,
+    /// Requests taken (answered 200) in this window, and their body bytes.
+    #[serde(default)]
+    pub requests_accepted: u64,
+    #[serde(default)]
+    pub bytes_accepted: u64,
+    /// Body bytes of the readable requests that arrived in this window, whatever their fate.
+    #[serde(default)]
+    pub bytes_received: u64,
+}
+
+impl Window {
+    /// What this window took, counted in `unit`.
+    pub fn accepted_in(&self, unit: Unit) -> u64 {
+        match unit {
+            Unit::Records => self.accepted,
+            Unit::Requests => self.requests_accepted,
+            Unit::Bytes => self.bytes_accepted,
+        }
+    }
+}
+
+impl SimStats {
+    /// Everything taken, counted in `unit`.
+    pub fn accepted_in(&self, unit: Unit) -> u64 {
+        match unit {
+            Unit::Records => self.accepted,
+            Unit::Requests => self.requests_accepted,
+            Unit::Bytes => self.bytes_accepted,
+        }
+    }
 }
 
 impl Ledger {
@@ -60,8 +101,11 @@ impl Ledger {
         self.window(now).requests += 1;
     }
 
-    pub fn received(&mut self, records: u64) {
+    /// A readable request of `records` records in `bytes` body bytes.
+    pub fn received(&mut self, now: Duration, records: u64, bytes: u64) {
         self.stats.records_received += records;
+        self.stats.bytes_received += bytes;
+        self.window(now).bytes_received += bytes;
     }
 
     pub fn unavailable(&mut self) {
@@ -78,10 +122,12 @@ impl Ledger {
         self.window(now).rejected += 1;
     }
 
-    /// Stores the keys not stored yet; returns (inserted, duplicates).
+    /// Takes a request of `bytes` body bytes: stores the keys not stored yet; returns
+    /// (inserted, duplicates).
     pub fn accept<'a>(
         &mut self,
         now: Duration,
+        bytes: u64,
         keys: impl IntoIterator<Item = &'a str>,
     ) -> (u64, u64) {
         let (mut inserted, mut duplicates) = (0, 0);
@@ -95,7 +141,12 @@ impl Ledger {
         self.stats.accepted += inserted + duplicates;
         self.stats.inserted += inserted;
         self.stats.duplicates += duplicates;
-        self.window(now).accepted += inserted + duplicates;
+        self.stats.requests_accepted += 1;
+        self.stats.bytes_accepted += bytes;
+        let window = self.window(now);
+        window.accepted += inserted + duplicates;
+        window.requests_accepted += 1;
+        window.bytes_accepted += bytes;
         (inserted, duplicates)
     }
 
@@ -130,10 +181,13 @@ mod tests {
         let mut l = Ledger::default();
         let ms = Duration::from_millis;
         l.request(ms(10), 1);
-        assert_eq!(l.accept(ms(10), ["a", "b"]), (2, 0));
+        l.received(ms(10), 2, 60);
+        assert_eq!(l.accept(ms(10), 60, ["a", "b"]), (2, 0));
         l.request(ms(450), 3);
-        assert_eq!(l.accept(ms(450), ["b", "c"]), (1, 1));
+        l.received(ms(450), 2, 70);
+        assert_eq!(l.accept(ms(450), 70, ["b", "c"]), (1, 1));
         l.request(ms(460), 2);
+        l.received(ms(460), 7, 300);
         l.throttled(ms(460), 7);
         let s = l.stats();
         assert_eq!(
@@ -145,21 +199,39 @@ mod tests {
             (1, 7, 3)
         );
         assert_eq!(
+            (
+                s.records_received,
+                s.bytes_received,
+                s.requests_accepted,
+                s.bytes_accepted
+            ),
+            (11, 430, 2, 130)
+        );
+        assert_eq!(
             s.windows,
             vec![
                 Window {
                     accepted: 2,
                     requests: 1,
-                    rejected: 0
+                    rejected: 0,
+                    requests_accepted: 1,
+                    bytes_accepted: 60,
+                    bytes_received: 60,
                 },
                 Window::default(),
                 Window {
                     accepted: 2,
                     requests: 2,
-                    rejected: 1
+                    rejected: 1,
+                    requests_accepted: 1,
+                    bytes_accepted: 70,
+                    bytes_received: 370,
                 },
             ]
         );
+        let units = [Unit::Records, Unit::Requests, Unit::Bytes];
+        assert_eq!(units.map(|u| s.windows[2].accepted_in(u)), [2, 1, 70]);
+        assert_eq!(units.map(|u| s.accepted_in(u)), [4, 2, 130]);
         assert_eq!(l.keys(), ["a", "b", "c"]);
     }
 }

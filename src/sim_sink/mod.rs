@@ -1,7 +1,8 @@
 //! `sluice sim-sink`: an HTTP endpoint that behaves like a capacity-limited database, to
 //! rehearse a configuration before pointing it at production, and for tests. It takes
-//! `capacity` records per second (a server-side token bucket of `burst` records); a batch
-//! that does not fit is answered 429 with the time until it would; answers slow down
+//! `capacity` records, requests or body bytes per second (`unit`; a server-side token
+//! bucket of `burst` of them); a batch that does not fit is answered 429 with the time
+//! until it would; answers slow down
 //! exponentially beyond a knee of concurrent requests; an outage can be switched on; keys
 //! are deduplicated; records carrying `reject_field` are refused (422) so the dead-letter
 //! path can be exercised. Also a library: [`SimSink::start`] on port 0 in tests.
@@ -9,6 +10,7 @@
 pub mod capacity;
 pub mod latency;
 pub mod ledger;
+pub mod measure;
 pub mod outage;
 mod server;
 
@@ -20,6 +22,7 @@ use clap::{Args, ValueEnum};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use capacity::Unit;
 pub use latency::LatencyModel;
 pub use ledger::{SimStats, Window};
 pub use outage::OutageMode;
@@ -31,7 +34,9 @@ pub enum RetryAfterStyle {
     Millis,
     /// `Retry-After` in whole seconds only.
     Seconds,
-    /// The IETF draft's `RateLimit: limit=…, remaining=0, reset=…`.
+    /// The IETF draft's (draft-ietf-httpapi-ratelimit-headers) `RateLimit: "sim";r=0;t=…`
+    /// with `RateLimit-Policy: "sim";q=<capacity>;w=1;qu="<unit>"`: the only style that
+    /// says which unit is limited (`qu` "requests", "content-bytes", or "records").
     Ratelimit,
     /// Nothing: the client must guess.
     None,
@@ -40,9 +45,11 @@ pub enum RetryAfterStyle {
 #[derive(Debug, Clone)]
 pub struct SimSinkConfig {
     pub listen: SocketAddr,
-    /// Records per second.
+    /// What the bucket counts: records (the default), requests or body bytes.
+    pub unit: Unit,
+    /// `unit`s per second.
     pub capacity: f64,
-    /// Records the bucket holds: the most one request may carry.
+    /// `unit`s the bucket holds: the most one request may cost.
     pub burst: u32,
     pub latency: LatencyModel,
     pub reject_field: Option<String>,
@@ -55,6 +62,7 @@ impl SimSinkConfig {
     pub fn new(listen: SocketAddr, capacity: f64) -> Self {
         SimSinkConfig {
             listen,
+            unit: Unit::Records,
             capacity,
             burst: capacity.ceil().max(1.0) as u32,
             latency: LatencyModel {
@@ -122,8 +130,8 @@ impl SimSink {
         self.shared.ledger().keys()
     }
 
-    /// Takes `rate` records per second from now on (the burst stays), as a database that
-    /// slows down.
+    /// Takes `rate` per second (in its unit) from now on (the burst stays), as a database
+    /// that slows down.
     pub fn set_capacity(&self, rate: f64) {
         self.shared.set_capacity(rate);
     }
@@ -146,10 +154,13 @@ pub struct SimSinkArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Records per second the emulated database takes.
+    /// What the capacity counts: records, requests, or request-body bytes.
+    #[arg(long, value_enum, default_value_t = Unit::Records)]
+    unit: Unit,
+    /// Units (`--unit`) per second the emulated database takes.
     #[arg(long, default_value_t = 800.0)]
     capacity: f64,
-    /// Records the capacity bucket holds (the largest request that can ever pass);
+    /// Units the capacity bucket holds (the costliest request that can ever pass);
     /// default: one second of capacity.
     #[arg(long)]
     burst: Option<u32>,
@@ -188,6 +199,7 @@ impl SimSinkArgs {
             return Err("--latency-k must be positive".into());
         }
         let mut config = SimSinkConfig::new(self.listen, self.capacity);
+        config.unit = self.unit;
         if let Some(burst) = self.burst {
             config.burst = burst;
         }
@@ -221,8 +233,9 @@ pub async fn run(args: SimSinkArgs) -> u8 {
         }
     };
     eprintln!(
-        "sluice sim-sink: {} rec/s (burst {}) at {}; GET /stats, POST /outage",
+        "sluice sim-sink: {} {} (burst {}) at {}; GET /stats, POST /outage",
         config.capacity,
+        config.unit.per_second(),
         config.burst,
         sink.ingest_url()
     );
@@ -266,6 +279,17 @@ mod tests {
         let sim = start(10, RetryAfterStyle::Millis).await;
         let http = reqwest::Client::new();
         let post = |body: Value| http.post(sim.ingest_url()).json(&body).send();
+        let poison = json!([{"key": "p", "record": {"poison": true}}]);
+        // Body bytes of the readable requests, in the order sent.
+        let sizes: Vec<u64> = [
+            batch(&["a", "b", "c"]),
+            batch(&["c", "d"]),
+            batch(&["e", "f", "g", "h", "i", "j"]),
+            poison.clone(),
+        ]
+        .iter()
+        .map(|b| serde_json::to_vec(b).unwrap().len() as u64)
+        .collect();
 
         let r = post(batch(&["a", "b", "c"])).await.unwrap();
         assert_eq!(r.status(), 200);
@@ -292,9 +316,7 @@ mod tests {
         );
         assert_eq!(r.headers()["retry-after"], "1");
 
-        let r = post(json!([{"key": "p", "record": {"poison": true}}]))
-            .await
-            .unwrap();
+        let r = post(poison).await.unwrap();
         assert_eq!(r.status(), 422);
         let r = http
             .post(sim.ingest_url())
@@ -321,6 +343,11 @@ mod tests {
         );
         assert_eq!((s.rejected, s.rejected_records, s.malformed), (1, 6, 3));
         assert_eq!(s.records_received, 3 + 2 + 6 + 1);
+        assert_eq!(
+            (s.requests_accepted, s.bytes_accepted),
+            (2, sizes[0] + sizes[1])
+        );
+        assert_eq!(s.bytes_received, sizes.iter().sum::<u64>());
         assert_eq!(s.windows.iter().map(|w| w.accepted).sum::<u64>(), 5);
         assert_eq!(s.windows.iter().map(|w| w.requests).sum::<u64>(), 6);
         assert_eq!(sim.keys(), ["a", "b", "c", "d"]);
@@ -342,9 +369,102 @@ mod tests {
         let r = send().await.unwrap();
         assert_eq!(r.status(), 429);
         // Two records missing at one per second.
-        assert_eq!(r.headers()["ratelimit"], "limit=2, remaining=0, reset=2");
+        assert_eq!(r.headers()["ratelimit"], "\"sim\";r=0;t=2");
+        assert_eq!(
+            r.headers()["ratelimit-policy"],
+            "\"sim\";q=1;w=1;qu=\"records\""
+        );
         assert!(r.headers().get("retry-after").is_none());
         sim.stop().await.unwrap();
+    }
+
+    /// Requests of `keys.len()` records each until the first 429; returns the requests
+    /// taken and the 429's headers.
+    async fn until_throttled(sim: &SimSink, keys: usize) -> (u64, reqwest::header::HeaderMap) {
+        let http = reqwest::Client::new();
+        for taken in 0.. {
+            let ids: Vec<String> = (0..keys).map(|k| format!("{taken:04}-{k:04}")).collect();
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            let r = http
+                .post(sim.ingest_url())
+                .json(&batch(&ids))
+                .send()
+                .await
+                .unwrap();
+            if r.status() == 429 {
+                return (taken, r.headers().clone());
+            }
+            assert_eq!(r.status(), 200);
+        }
+        unreachable!()
+    }
+
+    #[tokio::test]
+    async fn the_bucket_counts_requests_or_body_bytes_and_the_policy_names_it() {
+        // Requests: a burst of 3 takes three requests however many records they carry.
+        let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1.0);
+        config.unit = Unit::Requests;
+        config.burst = 3;
+        config.retry_after = RetryAfterStyle::Ratelimit;
+        let sim = SimSink::start(config.clone()).await.unwrap();
+        let (taken, headers) = until_throttled(&sim, 50).await;
+        assert_eq!(taken, 3);
+        assert_eq!(headers["ratelimit"], "\"sim\";r=0;t=1");
+        assert_eq!(
+            headers["ratelimit-policy"],
+            "\"sim\";q=1;w=1;qu=\"requests\""
+        );
+        let s = sim.stats();
+        assert_eq!((s.requests_accepted, s.accepted, s.rejected), (3, 150, 1));
+        sim.stop().await.unwrap();
+
+        // Bytes: a burst of 1,000 body bytes at 2 B/s.
+        let one_record = serde_json::to_vec(&batch(&["0000-0000"])).unwrap().len() as u64;
+        config.unit = Unit::Bytes;
+        config.capacity = 2.0;
+        config.burst = 1000;
+        let sim = SimSink::start(config.clone()).await.unwrap();
+        let (taken, headers) = until_throttled(&sim, 1).await;
+        assert_eq!(taken, 1000 / one_record);
+        assert_eq!(
+            headers["ratelimit-policy"],
+            "\"sim\";q=2;w=1;qu=\"content-bytes\""
+        );
+        let s = sim.stats();
+        assert_eq!(s.bytes_accepted, taken * one_record);
+        assert_eq!(s.bytes_received, (taken + 1) * one_record);
+        // A body over the burst is refused with the time to fill the bucket: the bytes
+        // taken so far, at 2 B/s.
+        let big: Vec<String> = (0..100).map(|k| format!("big-{k:05}")).collect();
+        let big: Vec<&str> = big.iter().map(String::as_str).collect();
+        let r = reqwest::Client::new()
+            .post(sim.ingest_url())
+            .json(&batch(&big))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 429);
+        let fill = (taken * one_record).div_ceil(2);
+        assert_eq!(r.headers()["ratelimit"], format!("\"sim\";r=0;t={fill}").as_str());
+        sim.stop().await.unwrap();
+    }
+
+    #[test]
+    fn the_unit_flag_defaults_to_records() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: SimSinkArgs,
+        }
+        let config = |argv: &[&str]| {
+            let cli = Cli::try_parse_from([&["sim-sink"], argv].concat()).unwrap();
+            cli.args.config().unwrap()
+        };
+        assert_eq!(config(&[]).unit, Unit::Records);
+        let c = config(&["--unit", "requests", "--capacity", "20", "--burst", "10"]);
+        assert_eq!((c.unit, c.capacity, c.burst), (Unit::Requests, 20.0, 10));
+        assert_eq!(config(&["--unit", "bytes"]).unit, Unit::Bytes);
     }
 
     #[tokio::test]

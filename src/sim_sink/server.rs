@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::capacity::Capacity;
+use super::capacity::{Capacity, Unit};
 use super::latency::LatencyModel;
 use super::ledger::{Ledger, SimStats};
 use super::outage::{Outage, OutageMode};
@@ -30,7 +30,10 @@ pub struct Shared {
     latency: LatencyModel,
     reject_field: Option<String>,
     retry_after: RetryAfterStyle,
-    burst: u32,
+    unit: Unit,
+    /// The configured capacity, for RateLimit-Policy (what `set_capacity` changes later is
+    /// not announced: a database that slows down does not say so).
+    quota: f64,
     capacity: Mutex<Capacity>,
     outage: Mutex<Outage>,
     ledger: Mutex<Ledger>,
@@ -44,7 +47,8 @@ impl Shared {
             latency: config.latency,
             reject_field: config.reject_field.clone(),
             retry_after: config.retry_after,
-            burst: config.burst,
+            unit: config.unit,
+            quota: config.capacity,
             capacity: Mutex::new(Capacity::new(config.capacity, config.burst)),
             outage: Mutex::new(Outage::default()),
             ledger: Mutex::new(Ledger::default()),
@@ -113,7 +117,8 @@ async fn ingest(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
         }
     };
     let n = items.len() as u64;
-    s.ledger().received(n);
+    let bytes = body.len() as u64;
+    s.ledger().received(now, n, bytes);
     if let Some(field) = &s.reject_field {
         let bad: Vec<usize> = items
             .iter()
@@ -128,12 +133,13 @@ async fn ingest(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
         }
     }
 
-    let verdict = lock(&s.capacity).try_take(n, now);
+    let verdict = lock(&s.capacity).try_take(s.unit.cost(n, bytes), now);
     if let Err(wait) = verdict {
         s.ledger().throttled(now, n);
-        return throttled(wait, s.retry_after, s.burst);
+        return throttled(wait, s.retry_after, s.quota, s.unit);
     }
-    let (inserted, duplicates) = s.ledger().accept(now, items.iter().map(|i| i.key.as_str()));
+    let keys = items.iter().map(|i| i.key.as_str());
+    let (inserted, duplicates) = s.ledger().accept(now, bytes, keys);
     // Stored before the answer: a client that gives up waiting has still written.
     tokio::time::sleep(s.latency.delay(concurrency as u32)).await;
     Json(json!({"inserted": inserted, "duplicates": duplicates})).into_response()
@@ -174,7 +180,9 @@ fn read_items(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Item>, (StatusCode
         .collect()
 }
 
-fn throttled(wait: Duration, style: RetryAfterStyle, burst: u32) -> Response {
+/// A 429 in `style`. Only the `ratelimit` style names the unit counted (its policy's
+/// `qu`); the others leave the client to find out which unit it exceeded.
+fn throttled(wait: Duration, style: RetryAfterStyle, quota: f64, unit: Unit) -> Response {
     let whole_seconds = wait.as_secs_f64().ceil() as u64;
     let mut response = (StatusCode::TOO_MANY_REQUESTS, "over capacity").into_response();
     let h = response.headers_mut();
@@ -188,10 +196,12 @@ fn throttled(wait: Duration, style: RetryAfterStyle, burst: u32) -> Response {
             set("x-ms-retry-after-ms", millis.to_string());
         }
         RetryAfterStyle::Seconds => set("retry-after", whole_seconds.to_string()),
-        RetryAfterStyle::Ratelimit => set(
-            "ratelimit",
-            format!("limit={burst}, remaining=0, reset={whole_seconds}"),
-        ),
+        RetryAfterStyle::Ratelimit => {
+            set("ratelimit", format!("\"sim\";r=0;t={whole_seconds}"));
+            let q = quota.round().max(1.0) as u64;
+            let qu = unit.quota_unit();
+            set("ratelimit-policy", format!("\"sim\";q={q};w=1;qu=\"{qu}\""));
+        }
         RetryAfterStyle::None => {}
     }
     response
