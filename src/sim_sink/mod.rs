@@ -445,7 +445,10 @@ mod tests {
             .unwrap();
         assert_eq!(r.status(), 429);
         let fill = (taken * one_record).div_ceil(2);
-        assert_eq!(r.headers()["ratelimit"], format!("\"sim\";r=0;t={fill}").as_str());
+        assert_eq!(
+            r.headers()["ratelimit"],
+            format!("\"sim\";r=0;t={fill}").as_str()
+        );
         sim.stop().await.unwrap();
     }
 
