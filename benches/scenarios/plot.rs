@@ -1,17 +1,19 @@
 //! Records the sink took per 200 ms window over time, one panel per strategy, with the
-//! capacity's even share drawn across and an outage shaded: the shape of the load each
-//! strategy puts on the sink.
+//! even share of the record rate that fits drawn across and an outage shaded: the shape
+//! of the load each strategy puts on the sink, in records whatever unit the sink limits.
 
 use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::report::{WINDOW, target};
+use sluice::sim_sink::ledger::WINDOW;
+
+use crate::report::records_target;
 use crate::scenario::Run;
 
 const PANEL_HEIGHT: u32 = 150;
 
-pub fn windows_svg(runs: &[Run], capacity: f64, title: &str, path: &Path) {
+pub fn windows_svg(runs: &[Run], title: &str, path: &Path) {
     let seconds = runs
         .iter()
         .map(|r| r.sink.windows.len() as f64 * WINDOW.as_secs_f64())
@@ -53,7 +55,7 @@ pub fn windows_svg(runs: &[Run], capacity: f64, title: &str, path: &Path) {
                 .draw_series([Rectangle::new(down, BLACK.mix(0.08).filled())])
                 .unwrap();
         }
-        let even = target(capacity);
+        let even = records_target(run);
         chart
             .draw_series(LineSeries::new(
                 [(0.0, even), (seconds, even)],

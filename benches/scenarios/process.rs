@@ -9,6 +9,8 @@ pub struct Measured {
     pub output: Output,
     pub elapsed: Duration,
     pub peak_rss_kib: u64,
+    /// False when it was stopped at its time limit.
+    pub finished: bool,
 }
 
 impl Measured {
@@ -26,7 +28,14 @@ impl Measured {
 
 /// Runs `cmd` to the end (stdout and stderr captured), sampling its VmHWM every 10 ms.
 /// Panics if it fails: a bench row from a failed run would be a lie.
-pub fn run_measured(mut cmd: Command) -> Measured {
+pub fn run_measured(cmd: Command) -> Measured {
+    run_measured_within(cmd, Duration::MAX)
+}
+
+/// As [`run_measured`], but a child still running after `limit` is stopped with SIGTERM
+/// (sluice then exits 0 with its summary; a baseline just dies) and its run marked
+/// unfinished.
+pub fn run_measured_within(mut cmd: Command, limit: Duration) -> Measured {
     let started = Instant::now();
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -39,9 +48,16 @@ pub fn run_measured(mut cmd: Command) -> Measured {
     let stdout = std::thread::spawn(move || read_all(stdout));
     let stderr = std::thread::spawn(move || read_all(stderr));
     let mut peak_rss_kib = 0;
+    let mut finished = true;
     let status = loop {
         if let Some(status) = child.try_wait().expect("the child can be waited for") {
             break status;
+        }
+        if finished && started.elapsed() > limit {
+            finished = false;
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
         }
         if let Some(kib) = std::fs::read_to_string(&status_file)
             .ok()
@@ -59,7 +75,7 @@ pub fn run_measured(mut cmd: Command) -> Measured {
         stderr: stderr.join().unwrap(),
     };
     assert!(
-        output.status.success(),
+        output.status.success() || !finished,
         "{cmd:?} failed ({status}): {}",
         String::from_utf8_lossy(&output.stderr)
     );
@@ -67,6 +83,7 @@ pub fn run_measured(mut cmd: Command) -> Measured {
         output,
         elapsed,
         peak_rss_kib,
+        finished,
     }
 }
 

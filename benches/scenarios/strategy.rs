@@ -4,7 +4,8 @@
 //! own and it cannot borrow the emulator's runtime.
 //!
 //! Every baseline posts batches of `BATCH` records in sluice's envelope, all batches at
-//! once (one task each), and differs only in what it does when a request fails.
+//! once (one task each), and differs only in what it does when a request fails. How each
+//! is told the capacity in the sink's unit: see `limit.rs`.
 
 use std::path::Path;
 use std::process::Command;
@@ -16,6 +17,8 @@ use governor::{Quota, RateLimiter};
 use rand::RngExt;
 use serde_json::{Value, json};
 use sluice::stats::LatencyHistogram;
+
+use crate::limit::Limit;
 
 /// Records per request of the baselines (a common choice; sluice sends a tick's worth).
 pub const BATCH: usize = 100;
@@ -34,10 +37,11 @@ pub enum Strategy {
     /// Everything at once; a refused request waits out a full-jitter exponential backoff
     /// (Retry-After ignored, as most hand-written retry loops do).
     Exponential,
-    /// A client-side token bucket (governor) at the sink's capacity, one second of
-    /// burst; a refused request goes back through the bucket.
+    /// A client-side token bucket (governor) at the sink's capacity in the sink's unit,
+    /// one second of burst; a refused request goes back through the bucket.
     TokenBucket,
-    /// `sluice run` told the sink's capacity, every other setting left at its default.
+    /// `sluice run` told the sink's capacity (as records per second, see `limit.rs`),
+    /// every other setting left at its default.
     Sluice,
     /// `sluice run` asking for four times the capacity: it has to learn the real one
     /// from the 429s and their Retry-After.
@@ -80,16 +84,17 @@ impl Strategy {
         Strategy::ALL.into_iter().find(|s| s.name() == name)
     }
 
-    /// The command that drains `input` (NDJSON with an `id` field) into `url`; `dir` is
-    /// its scratch folder.
-    pub fn command(self, input: &Path, url: &str, capacity: f64, dir: &Path) -> Command {
+    /// The command that drains `input` (NDJSON with an `id` field) into `url`, a sink
+    /// limited by `limit`; `dir` is its scratch folder.
+    pub fn command(self, input: &Path, url: &str, limit: &Limit, dir: &Path) -> Command {
+        let (rate, max_batch) = (limit.records_per_second, limit.max_batch);
         match self {
-            Strategy::Sluice => sluice_run(input, url, capacity, dir),
-            Strategy::SluiceOverAsked => sluice_run(input, url, 4.0 * capacity, dir),
+            Strategy::Sluice => sluice_run(input, url, rate, max_batch, dir),
+            Strategy::SluiceOverAsked => sluice_run(input, url, 4.0 * rate, max_batch, dir),
             _ => {
                 let mut cmd = Command::new(std::env::current_exe().expect("own path"));
-                cmd.args(["--strategy", self.name(), "--url", url, "--capacity"])
-                    .arg(capacity.to_string())
+                cmd.args(["--strategy", self.name(), "--url", url])
+                    .args(limit.args())
                     .arg("--input")
                     .arg(input);
                 cmd
@@ -98,14 +103,22 @@ impl Strategy {
     }
 }
 
-/// `sluice run` at `rate`, every key but the source, the sink and the rate at its default.
-fn sluice_run(input: &Path, url: &str, rate: f64, dir: &Path) -> Command {
+/// `sluice run` at `rate` (and `max_batch`), every key but the source, the sink and the
+/// rate at its default.
+pub fn sluice_run(
+    input: &Path,
+    url: &str,
+    rate: f64,
+    max_batch: Option<usize>,
+    dir: &Path,
+) -> Command {
     let config = dir.join("sluice.toml");
+    let max_batch = max_batch.map_or(String::new(), |n| format!("max_batch = {n}\n"));
     std::fs::write(
         &config,
         format!(
             "[source]\nkind = \"file\"\npath = {input:?}\ncheckpoint = {:?}\n\n\
-             [sink]\nkind = \"http\"\nurl = \"{url}\"\nkey = \"/id\"\n\n\
+             [sink]\nkind = \"http\"\nurl = \"{url}\"\nkey = \"/id\"\n{max_batch}\n\
              [sink.dead_letters]\npath = {:?}\n\n\
              [rate]\nrecords_per_second = {rate}\n",
             dir.join("checkpoint"),
@@ -125,7 +138,8 @@ fn client_report(requests: u64, latency: &LatencyHistogram) -> Value {
     json!({"requests": requests, "write_p50_ms": ms(0.5), "write_p95_ms": ms(0.95)})
 }
 
-/// Entry point of a baseline's process: `--strategy NAME --url URL --capacity N --input PATH`.
+/// Entry point of a baseline's process:
+/// `--strategy NAME --url URL --unit UNIT --capacity N --input PATH`.
 pub fn child_main(args: &[String]) {
     let flag = |name: &str| {
         let i = args.iter().position(|a| a == name).expect(name);
@@ -134,9 +148,10 @@ pub fn child_main(args: &[String]) {
     let strategy = Strategy::from_name(&flag("--strategy")).expect("a baseline's name");
     let url = flag("--url");
     let capacity: f64 = flag("--capacity").parse().expect("capacity");
+    let limit = Limit::from_args(&flag("--unit"), capacity);
     let input = std::fs::read_to_string(flag("--input")).expect("input");
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let report = runtime.block_on(drain(strategy, url, capacity, &input));
+    let report = runtime.block_on(drain(strategy, url, limit, &input));
     println!("{report}");
 }
 
@@ -176,20 +191,22 @@ impl Client {
     }
 }
 
-async fn drain(strategy: Strategy, url: String, capacity: f64, input: &str) -> Value {
+async fn drain(strategy: Strategy, url: String, limit: Limit, input: &str) -> Value {
     let client = Arc::new(Client {
         http: reqwest::Client::new(),
         url,
         requests: AtomicU64::new(0),
         latency: LatencyHistogram::default(),
     });
-    let per_second = std::num::NonZeroU32::new(capacity.round() as u32).expect("capacity ≥ 1");
+    let per_second =
+        std::num::NonZeroU32::new(limit.capacity.round() as u32).expect("capacity ≥ 1");
     let bucket = Arc::new(RateLimiter::direct(Quota::per_second(per_second)));
     let lines: Vec<&str> = input.lines().collect();
     let mut tasks = tokio::task::JoinSet::new();
     for chunk in lines.chunks(BATCH) {
         let body = envelope(chunk);
-        let n = std::num::NonZeroU32::new(chunk.len() as u32).unwrap();
+        let cost = limit.unit.cost(chunk.len() as u64, body.len() as u64);
+        let n = std::num::NonZeroU32::new(cost as u32).unwrap();
         let (client, bucket) = (client.clone(), bucket.clone());
         tasks.spawn(async move {
             let mut attempt = 0;
