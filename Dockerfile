@@ -1,6 +1,10 @@
 # Multi-stage build: dependencies are compiled in their own layer (cached until
 # Cargo.toml/Cargo.lock change), the runtime image holds one binary and runs as non-root.
 FROM rust:1.95-bookworm AS build
+# librdkafka is built with the system's OpenSSL (Kafka TLS and SASL).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libssl-dev pkg-config \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 RUN mkdir -p src benches \
@@ -16,7 +20,7 @@ RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin sluice
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates curl \
+ && apt-get install -y --no-install-recommends ca-certificates curl libssl3 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/sluice --create-home sluice
 COPY --from=build /src/target/release/sluice /usr/local/bin/sluice

