@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::Connection;
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::PgConnection;
 
 use crate::config::{Config, SinkKind, SourceKind};
 use crate::redact::redact;
@@ -107,7 +107,7 @@ async fn source(config: &Config, timeout: Duration) -> Vec<Probe> {
             let queue = s.queue.clone().unwrap_or_default();
             vec![Probe {
                 what: format!("source {url} queue {queue}"),
-                result: within(timeout, amqp(&url, &queue, s.declare)).await,
+                result: within(timeout, amqp(&url, s.tls.as_ref(), &queue, s.declare)).await,
             }]
         }
         SourceKind::Kafka => {
@@ -127,12 +127,26 @@ async fn source(config: &Config, timeout: Duration) -> Vec<Probe> {
     }
 }
 
-async fn amqp(url: &str, queue: &str, declare: bool) -> Result<String, String> {
+async fn amqp(
+    url: &str,
+    tls: Option<&crate::tls::TlsConfig>,
+    queue: &str,
+    declare: bool,
+) -> Result<String, String> {
     use lapin::options::QueueDeclareOptions;
     use lapin::types::FieldTable;
-    let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default())
+    let properties = lapin::ConnectionProperties::default();
+    let connection = crate::source::amqp::connect(url, tls, properties)
         .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
+        .map_err(|e| match crate::tls::certificate_refused(&e) {
+            Some(why) => format!("cannot connect: TLS handshake failed: {why}"),
+            None => format!("cannot connect: {e}"),
+        })?;
+    let over = if url.starts_with("amqps:") {
+        "over TLS, certificate verified; "
+    } else {
+        ""
+    };
     let channel = connection
         .create_channel()
         .await
@@ -147,29 +161,96 @@ async fn amqp(url: &str, queue: &str, declare: bool) -> Result<String, String> {
         .await;
     let _ = connection.close(200, "sluice check".into()).await;
     match answer {
-        Ok(q) => Ok(format!("{} messages ready", q.message_count())),
-        Err(_) if declare => Ok("the queue does not exist yet; run declares it".into()),
+        Ok(q) => Ok(format!("{over}{} messages ready", q.message_count())),
+        Err(_) if declare => Ok(format!(
+            "{over}the queue does not exist yet; run declares it"
+        )),
         Err(e) => Err(format!(
             "queue {queue:?} does not exist and source.declare = false: {e}"
         )),
     }
 }
 
+/// Keeps librdkafka's last complaint: a failed metadata request says only "transport
+/// failure", the complaint says why (a TLS handshake, SASL authentication).
+#[derive(Default)]
+struct KafkaCheckContext {
+    last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl rdkafka::client::ClientContext for KafkaCheckContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        let mut last = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
+        *last = Some(format!("{error}: {reason}"));
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for KafkaCheckContext {}
+
 fn kafka(source: &crate::config::SourceConfig, timeout: Duration) -> Result<String, String> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let topic = source.topic.clone().unwrap_or_default();
     // A consumer that never subscribes: no group join, no rebalance of live workers.
-    let consumer: BaseConsumer = crate::source::kafka::settings::consumer(source)
-        .create()
-        .map_err(|e| format!("cannot create a consumer: {e}"))?;
+    let consumer: BaseConsumer<KafkaCheckContext> =
+        crate::source::kafka::settings::consumer(source)
+            .create_with_context(KafkaCheckContext::default())
+            .map_err(|e| format!("cannot create a consumer: {e}"))?;
     let metadata = consumer
         .fetch_metadata(Some(&topic), timeout)
-        .map_err(|e| format!("cannot reach the brokers: {e}"))?;
+        .map_err(|e| {
+            // Error events reach the context only when the client is polled.
+            for _ in 0..3 {
+                let _ = consumer.poll(Duration::from_millis(100));
+            }
+            let last = consumer
+                .context()
+                .last_error
+                .lock()
+                .ok()
+                .and_then(|l| l.clone());
+            match last {
+                Some(why) => format!("cannot reach the brokers: {e}; {why}"),
+                None => format!("cannot reach the brokers: {e}"),
+            }
+        })?;
+    let security = kafka_security(source);
     match metadata.topics().iter().find(|t| t.name() == topic) {
         Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
-            Ok(format!("{} partitions", t.partitions().len()))
+            Ok(format!("{security}{} partitions", t.partitions().len()))
         }
-        _ => Err(format!("topic {topic:?} does not exist")),
+        _ => Err(format!("{security}topic {topic:?} does not exist")),
+    }
+}
+
+/// How the brokers were reached, as `security.protocol` and `sasl.mechanism` say (a
+/// metadata answer over SSL means the handshake succeeded).
+fn kafka_security(source: &crate::config::SourceConfig) -> String {
+    let property = |name: &str| {
+        source
+            .properties
+            .get(name)
+            .map(|v| v.to_string())
+            .unwrap_or_default()
+    };
+    let protocol = property("security.protocol").to_ascii_uppercase();
+    let mechanism = match property("sasl.mechanism") {
+        m if m.is_empty() => property("sasl.mechanisms"),
+        m => m,
+    };
+    let mechanism = if mechanism.is_empty() {
+        "GSSAPI".to_string()
+    } else {
+        mechanism.to_ascii_uppercase()
+    };
+    let verified = match property("enable.ssl.certificate.verification").as_str() {
+        "false" => "certificate NOT verified",
+        _ => "certificate verified",
+    };
+    match protocol.as_str() {
+        "SSL" => format!("TLS handshake ok, {verified}; "),
+        "SASL_SSL" => format!("TLS handshake ok, {verified}; SASL {mechanism} authenticated; "),
+        "SASL_PLAINTEXT" => format!("without TLS; SASL {mechanism} authenticated; "),
+        _ => "without TLS; ".to_string(),
     }
 }
 
@@ -272,12 +353,29 @@ fn sqlite(url: &str) -> Result<String, String> {
 /// Connects (no pool, one connection), then checks that each table exists or may be
 /// created in the current schema.
 async fn postgres(url: &str, tables: &[&str]) -> Result<String, String> {
-    let options = PgConnectOptions::from_str(url)
+    let options = crate::sink::postgres::tls::connect_options(url)
         .map_err(|e| e.to_string())?
         .application_name("sluice check");
-    let mut conn = PgConnection::connect_with(&options)
-        .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
+    let mut conn = PgConnection::connect_with(&options).await.map_err(|e| {
+        match crate::tls::certificate_refused(&e) {
+            Some(why) => format!("cannot connect: TLS handshake failed: {why}"),
+            None => format!("cannot connect: {e}"),
+        }
+    })?;
+    // What the connection's TLS is, from the server's side.
+    let (tls_version,): (Option<String>,) = sqlx::query_as(
+        "SELECT CASE WHEN ssl THEN version END FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .map_err(|e| e.to_string())?;
+    let tls = match tls_version {
+        Some(version) => format!(
+            "over TLS ({version}, {})",
+            crate::sink::postgres::tls::verification(&options)
+        ),
+        None => "without TLS".to_string(),
+    };
     let mut missing = Vec::new();
     for table in tables {
         let (exists,): (bool,) = sqlx::query_as("SELECT to_regclass($1) IS NOT NULL")
@@ -290,7 +388,7 @@ async fn postgres(url: &str, tables: &[&str]) -> Result<String, String> {
         }
     }
     let note = if missing.is_empty() {
-        "answers; tables present".to_string()
+        format!("answers {tls}; tables present")
     } else {
         let (may_create,): (bool,) =
             sqlx::query_as("SELECT has_schema_privilege(current_schema(), 'CREATE')")
@@ -304,7 +402,7 @@ async fn postgres(url: &str, tables: &[&str]) -> Result<String, String> {
                 missing.join(", ")
             ));
         }
-        format!("answers; run creates {}", missing.join(", "))
+        format!("answers {tls}; run creates {}", missing.join(", "))
     };
     let _ = conn.close().await;
     Ok(note)
@@ -315,14 +413,20 @@ async fn http(config: &Config, url: &str, timeout: Duration) -> Result<String, S
     let headers =
         crate::sink::http::headers::build(&config.sink.headers, |v| std::env::var(v).ok())
             .map_err(|e| e.to_string())?;
-    let client = reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .default_headers(headers)
         .timeout(timeout)
         .connect_timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
+        .redirect(reqwest::redirect::Policy::none());
+    let tls = config.sink.tls.clone().unwrap_or_default();
+    let client = tls
+        .apply_to_reqwest(builder)?
         .build()
         .map_err(|e| e.to_string())?;
     let answer = client.head(url).send().await.map_err(|e| {
+        if let Some(why) = crate::tls::certificate_refused(&e) {
+            return format!("TLS handshake failed: {why}");
+        }
         let e = e.without_url();
         let mut text = e.to_string();
         let mut cause = std::error::Error::source(&e);
@@ -336,6 +440,12 @@ async fn http(config: &Config, url: &str, timeout: Duration) -> Result<String, S
     let status = answer.status();
     match status.as_u16() {
         401 | 403 | 407 => Err(format!("credentials refused (HTTP {status})")),
+        _ if url.starts_with("https:") && tls.insecure_skip_verify => Ok(format!(
+            "answers over TLS, certificate NOT verified (insecure_skip_verify) (HTTP {status} to HEAD)"
+        )),
+        _ if url.starts_with("https:") => Ok(format!(
+            "answers over TLS, certificate verified (HTTP {status} to HEAD)"
+        )),
         _ => Ok(format!("answers (HTTP {status} to HEAD)")),
     }
 }

@@ -144,6 +144,7 @@ impl LeasesConfig {
                 "must be a postgres:// URL or \"kafka\"",
             ));
         }
+        crate::sink::postgres::tls::validate_url(&self.store, "leases.store")?;
         if self.partitions == 0 {
             return Err(ConfigError::invalid(
                 "leases.partitions",
@@ -195,6 +196,8 @@ pub struct SourceConfig {
     pub url_file: Option<PathBuf>,
     /// AMQP source: the queue to drain.
     pub queue: Option<String>,
+    /// AMQP source (`amqps://`): a private CA, a client certificate.
+    pub tls: Option<crate::tls::TlsConfig>,
     /// AMQP source: declare the queue (durable) if it does not exist.
     #[serde(default = "default_true")]
     pub declare: bool,
@@ -301,6 +304,9 @@ pub struct SinkConfig {
     /// http: extra request headers; `${VAR}` in a value is read from the environment.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// http: a private CA, a client certificate (PostgreSQL takes libpq's `sslmode`,
+    /// `sslrootcert`, `sslcert`, `sslkey` in its URL instead).
+    pub tls: Option<crate::tls::TlsConfig>,
     /// http: the longest one request may take before it counts as a transient failure.
     #[serde(default = "default_sink_timeout", with = "humantime_serde")]
     pub timeout: Duration,
@@ -710,6 +716,12 @@ impl Config {
         config.read_secret_files()?;
         config.validate()?;
         config.register_secrets();
+        if let Some(tls) = &config.source.tls {
+            tls.warn_if_insecure(&crate::tls::SOURCE_KEYS, "the source");
+        }
+        if let Some(tls) = &config.sink.tls {
+            tls.warn_if_insecure(&crate::tls::SINK_KEYS, "the sink");
+        }
         Ok(config)
     }
 
@@ -743,6 +755,29 @@ impl Config {
             && let Some(path) = &l.store_file
         {
             l.store = read("leases.store_file", "leases.store", path, &l.store)?;
+        }
+        // `"sasl.password_file" = "/run/secrets/kafka"` sets `sasl.password` from the file
+        // (librdkafka's own names have no underscores, so the suffix cannot clash).
+        let files: Vec<(String, String)> = self
+            .source
+            .properties
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_suffix("_file")?.to_string(), v.to_string())))
+            .collect();
+        for (name, path) in files {
+            if self.source.properties.contains_key(&name) {
+                return Err(ConfigError::invalid(
+                    "source.properties",
+                    format!("set {name:?} or \"{name}_file\", not both"),
+                ));
+            }
+            let value = read("source.properties", "", Path::new(&path), "").map_err(|e| {
+                ConfigError::invalid("source.properties", format!("{name}_file: {e}"))
+            })?;
+            self.source.properties.remove(&format!("{name}_file"));
+            self.source
+                .properties
+                .insert(name, PropertyValue::Text(value));
         }
         Ok(())
     }
@@ -821,6 +856,41 @@ impl Config {
                 }
             }
             SourceKind::Kafka => {}
+        }
+        if let Some(tls) = &self.source.tls {
+            tls.validate(&crate::tls::SOURCE_KEYS)?;
+            if !self
+                .source
+                .url
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("amqps://")
+            {
+                return Err(ConfigError::invalid(
+                    "source.tls",
+                    "applies to an amqps:// URL (TLS); source.url is not one",
+                ));
+            }
+            // lapin's TLS has no switch for it; an encrypted connection to anyone is not
+            // worth a connector of our own.
+            if tls.insecure_skip_verify {
+                return Err(ConfigError::invalid(
+                    "source.tls.insecure_skip_verify",
+                    "is not supported for AMQP: set source.tls.ca_file to the CA that signed the broker's certificate",
+                ));
+            }
+        }
+        if let Some(tls) = &self.sink.tls {
+            tls.validate(&crate::tls::SINK_KEYS)?;
+            let https = std::iter::once(self.sink.url.as_str())
+                .chain(self.sink.urls.iter().map(EndpointConfig::url))
+                .any(|u| u.starts_with("https://"));
+            if !https {
+                return Err(ConfigError::invalid(
+                    "sink.tls",
+                    "applies to https:// URLs; the sink has none",
+                ));
+            }
         }
         crate::source::kafka::settings::validate(&self.source)?;
         if self.source.max_record_bytes == 0 {

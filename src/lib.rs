@@ -25,3 +25,4 @@ pub mod sink;
 pub mod source;
 pub mod stats;
 pub mod telemetry;
+pub mod tls;

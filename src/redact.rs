@@ -327,6 +327,37 @@ mod tests {
         assert_eq!(redact("p@ss-word1 planted-key-77"), "*** ***");
     }
 
+    /// TLS and SASL settings: passwords and inline keys are secret, file paths and
+    /// certificates (public by nature) are shown.
+    #[test]
+    fn tls_and_sasl_keys() {
+        for secret in [
+            "sasl.password",
+            "ssl.key.password",
+            "ssl.keystore.password",
+            "ssl.key.pem",
+            "sasl.oauthbearer.client.secret",
+            "sslpassword",
+        ] {
+            assert!(is_secret_param(secret, true), "{secret}");
+        }
+        for shown in [
+            "sslrootcert",
+            "sslcert",
+            "sslmode",
+            "ssl.ca.location",
+            "ssl.certificate.location",
+        ] {
+            assert!(!is_secret_param(shown, true), "{shown}");
+        }
+        assert_eq!(
+            redact(
+                "postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem&sslpassword=k3y-pass"
+            ),
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert=/ca.pem&sslpassword=***"
+        );
+    }
+
     #[test]
     fn endpoints_are_labelled_by_host_and_port() {
         assert_eq!(

@@ -456,10 +456,12 @@ fn kafka_with_a_sasl_password_into_postgres() {
         String::from_utf8_lossy(&made.stderr)
     );
     let table = unique("secrets_kafka");
+    // The password comes from a file, as a mounted Kubernetes secret would hold it.
+    std::fs::write(dir.path().join("sasl-password"), format!("{SASL}\n")).unwrap();
     std::fs::write(
         dir.path().join("sluice.toml"),
         format!(
-            "[source]\nkind = \"kafka\"\nbrokers = {brokers:?}\ntopic = {topic:?}\ngroup = \"{topic}-g\"\n[source.properties]\n\"sasl.username\" = \"sluice\"\n\"sasl.password\" = {SASL:?}\n\"session.timeout.ms\" = 2000\n\"heartbeat.interval.ms\" = 500\n[sink]\nkind = \"postgres\"\nurl = {:?}\ntable = {table:?}\nkey = \"/id\"\n",
+            "[source]\nkind = \"kafka\"\nbrokers = {brokers:?}\ntopic = {topic:?}\ngroup = \"{topic}-g\"\n[source.properties]\n\"sasl.username\" = \"sluice\"\n\"sasl.password_file\" = \"sasl-password\"\n\"session.timeout.ms\" = 2000\n\"heartbeat.interval.ms\" = 500\n[sink]\nkind = \"postgres\"\nurl = {:?}\ntable = {table:?}\nkey = \"/id\"\n",
             planted_pg_url(&pg_url())
         ),
     )

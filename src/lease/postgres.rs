@@ -62,10 +62,12 @@ impl PgLeaseStore {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<Self, LeaseError> {
+        let options = crate::sink::postgres::tls::connect_options(url)
+            .map_err(|e| LeaseError(format!("cannot connect to the lease store: {e}")))?;
         let connect = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(timeout)
-            .connect(url);
+            .connect_with(options);
         let pg = match tokio::time::timeout(timeout, connect).await {
             Ok(r) => {
                 r.map_err(|e| LeaseError(format!("cannot connect to the lease store: {e}")))?

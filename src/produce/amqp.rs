@@ -31,7 +31,8 @@ impl AmqpPublisher {
     pub async fn open(source: &SourceConfig) -> Result<Self, ProduceError> {
         let url = source.url.as_deref().unwrap_or_default();
         let queue = source.queue.clone().unwrap_or_default();
-        let connection = Connection::connect(url, ConnectionProperties::default())
+        let tls = source.tls.as_ref();
+        let connection = crate::source::amqp::connect(url, tls, ConnectionProperties::default())
             .await
             .map_err(queue_error)?;
         let channel = connection.create_channel().await.map_err(queue_error)?;

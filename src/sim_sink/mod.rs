@@ -13,6 +13,7 @@ pub mod ledger;
 pub mod measure;
 pub mod outage;
 mod server;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -80,6 +81,8 @@ impl SimSinkConfig {
 /// A running emulator.
 pub struct SimSink {
     addr: SocketAddr,
+    /// "http", or "https" when started with a certificate.
+    scheme: &'static str,
     shared: Arc<server::Shared>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<std::io::Result<()>>,
@@ -87,20 +90,48 @@ pub struct SimSink {
 
 impl SimSink {
     pub async fn start(config: SimSinkConfig) -> std::io::Result<SimSink> {
+        Self::start_on(config, None).await
+    }
+
+    /// Serves HTTPS with `tls` (a certificate and its key).
+    pub async fn start_tls(
+        config: SimSinkConfig,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> std::io::Result<SimSink> {
+        Self::start_on(config, Some(tls)).await
+    }
+
+    async fn start_on(
+        config: SimSinkConfig,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> std::io::Result<SimSink> {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(server::Shared::new(&config));
         let app = server::router(shared.clone());
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let task = match tls {
+            None => tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
+            }),
+            Some(tls) => {
+                let listener = tls::TlsListener::new(listener, tls)?;
+                tokio::spawn(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await
                 })
-                .await
-        });
+            }
+        };
         Ok(SimSink {
             addr,
+            scheme,
             shared,
             stop,
             task,
@@ -113,7 +144,7 @@ impl SimSink {
 
     /// The URL to configure as `sink.url`.
     pub fn ingest_url(&self) -> String {
-        format!("http://{}/ingest", self.addr)
+        format!("{}://{}/ingest", self.scheme, self.addr)
     }
 
     pub fn stats(&self) -> SimStats {
@@ -182,6 +213,12 @@ pub struct SimSinkArgs {
     /// How a 429 says when to come back.
     #[arg(long, value_enum, default_value_t = RetryAfterStyle::Millis)]
     retry_after: RetryAfterStyle,
+    /// Serve HTTPS with this certificate (PEM chain); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 impl SimSinkArgs {
@@ -225,7 +262,17 @@ pub async fn run(args: SimSinkArgs) -> u8 {
             return 2;
         }
     };
-    let sink = match SimSink::start(config.clone()).await {
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => match crate::tls::server_config(cert, key) {
+            Ok(tls) => Some(tls),
+            Err(e) => {
+                eprintln!("sluice sim-sink: --tls-cert/--tls-key: {e}");
+                return 2;
+            }
+        },
+        _ => None,
+    };
+    let sink = match SimSink::start_on(config.clone(), tls).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("sluice sim-sink: cannot listen on {}: {e}", config.listen);

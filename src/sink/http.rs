@@ -57,11 +57,15 @@ impl HttpSink {
         };
         let headers = headers::build(&config.headers, |var| std::env::var(var).ok())
             .map_err(|e| fail(e.to_string()))?;
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .default_headers(headers)
             .timeout(config.timeout)
             .connect_timeout(config.timeout)
-            .redirect(redirect_policy())
+            .redirect(redirect_policy());
+        let tls = config.tls.clone().unwrap_or_default();
+        let client = tls
+            .apply_to_reqwest(builder)
+            .map_err(fail)?
             .build()
             .map_err(|e| fail(chain(e)))?;
         let url = reqwest::Url::parse(&config.url).map_err(|e| fail(e.to_string()))?;
@@ -101,6 +105,14 @@ impl HttpSink {
             Ok(answer) => answer,
             Err(e) if e.is_builder() => {
                 return WriteOutcome::Fatal(format!("{}: {}", self.shown_url, chain(e)));
+            }
+            // A certificate refused either way is no outage: waiting cannot fix it.
+            Err(e) if crate::tls::certificate_refused(&e).is_some() => {
+                let why = crate::tls::certificate_refused(&e).unwrap_or_default();
+                return WriteOutcome::Fatal(format!(
+                    "{}: TLS handshake failed: {why}",
+                    self.shown_url
+                ));
             }
             // Refused, reset, timed out, a garbled answer: the sink's state, not the
             // records' fault. Retried without limit, never dead-lettered, never split. (The

@@ -28,8 +28,45 @@ const FIRST_DELIVERY_WAIT: Duration = Duration::from_millis(50);
 /// How often an idle pull asks the broker whether the queue is empty.
 const EMPTY_CHECK_EVERY: Duration = Duration::from_millis(500);
 
+/// Connects to the broker; an `amqps://` URL with `[source.tls]`'s CA (added to the
+/// system's roots) and client certificate, when set.
+pub async fn connect(
+    url: &str,
+    tls: Option<&crate::tls::TlsConfig>,
+    properties: ConnectionProperties,
+) -> Result<Connection, lapin::Error> {
+    let config = match tls {
+        Some(tls) => tls_config(tls).map_err(|e| lapin::Error::from(std::io::Error::other(e)))?,
+        None => Default::default(),
+    };
+    Connection::connect_with_config(url, properties, config, lapin::runtime::default_runtime()?)
+        .await
+}
+
+fn tls_config(tls: &crate::tls::TlsConfig) -> Result<lapin::tcp::OwnedTLSConfig, String> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    };
+    let cert_chain = match &tls.ca_file {
+        Some(path) => Some(String::from_utf8_lossy(&read(path)?).into_owned()),
+        None => None,
+    };
+    let identity = match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => Some(lapin::tcp::OwnedIdentity::PKCS8 {
+            pem: read(cert)?,
+            key: read(key)?,
+        }),
+        _ => None,
+    };
+    Ok(lapin::tcp::OwnedTLSConfig {
+        identity,
+        cert_chain,
+    })
+}
+
 pub struct AmqpSource {
     url: String,
+    tls: Option<crate::tls::TlsConfig>,
     queue: String,
     declare: bool,
     max_record_bytes: usize,
@@ -57,7 +94,10 @@ struct AmqpError(#[from] lapin::Error);
 
 impl From<AmqpError> for SourceError {
     fn from(e: AmqpError) -> Self {
-        SourceError::Other(e.to_string())
+        match crate::tls::certificate_refused(&e.0) {
+            Some(why) => SourceError::Other(format!("amqp: TLS handshake failed: {why}")),
+            None => SourceError::Other(e.to_string()),
+        }
     }
 }
 
@@ -68,6 +108,7 @@ impl AmqpSource {
         let queue = config.source.queue.clone().unwrap_or_default();
         let mut source = AmqpSource {
             url,
+            tls: config.source.tls.clone(),
             queue,
             declare: config.source.declare,
             max_record_bytes: config.source.max_record_bytes,
@@ -89,7 +130,7 @@ impl AmqpSource {
         // tell which worker a connection belongs to.
         let properties = ConnectionProperties::default()
             .with_connection_name(format!("sluice: {}", self.queue).into());
-        let connection = Connection::connect(&self.url, properties).await?;
+        let connection = connect(&self.url, self.tls.as_ref(), properties).await?;
         let channel = connection.create_channel().await?;
         if self.declare {
             channel
@@ -235,7 +276,8 @@ pub struct QueueDepth {
 pub async fn inspect(config: &Config) -> Result<QueueDepth, SourceError> {
     let url = config.source.url.clone().unwrap_or_default();
     let queue = config.source.queue.clone().unwrap_or_default();
-    let connection = Connection::connect(&url, ConnectionProperties::default())
+    let tls = config.source.tls.as_ref();
+    let connection = connect(&url, tls, ConnectionProperties::default())
         .await
         .map_err(AmqpError)?;
     let depth = async {

@@ -7,13 +7,13 @@ pub mod layout;
 pub mod nodelay;
 pub mod settings;
 pub mod sqlstate;
+pub mod tls;
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, Postgres};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, Postgres};
 use sqlx::{Connection, Executor, SqlSafeStr};
 
 use self::coerce::ColumnKind;
@@ -48,7 +48,7 @@ impl PostgresSink {
             message: e.to_string(),
             not_now: false,
         };
-        let options = PgConnectOptions::from_str(&sink.url)
+        let options = tls::connect_options(&sink.url)
             .map_err(|e| fail(&e))?
             .application_name("sluice")
             // CREATE TABLE IF NOT EXISTS notices are not news.
@@ -79,7 +79,10 @@ impl PostgresSink {
                         db.code().unwrap_or_default(),
                         db.message()
                     )),
-                    _ => fail(&e),
+                    _ => match crate::tls::certificate_refused(&e) {
+                        Some(why) => fail(&format!("TLS handshake failed: {why}")),
+                        None => fail(&e),
+                    },
                 }
             })?;
         let layout = match &sink.columns {
@@ -234,6 +237,13 @@ fn judge(err: &sqlx::Error, phase: Phase, throttle_sqlstates: &[String]) -> Writ
                 ErrorClass::Fatal => WriteOutcome::Fatal(reason),
                 ErrorClass::Unexplained => WriteOutcome::Unexplained(reason),
             }
+        }
+        // A certificate refused either way is no outage: waiting cannot fix it.
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_)
+            if crate::tls::certificate_refused(err).is_some() =>
+        {
+            let why = crate::tls::certificate_refused(err).unwrap_or_default();
+            WriteOutcome::Fatal(format!("TLS handshake failed: {why}"))
         }
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)

@@ -38,8 +38,7 @@ pub fn validate(sink: &SinkConfig) -> Result<(), ConfigError> {
                 ),
             ));
         }
-        url.parse::<sqlx::postgres::PgConnectOptions>()
-            .map_err(|e| ConfigError::invalid(key, e.to_string()))?;
+        super::tls::validate_url(url, key)?;
     }
     if let Some(columns) = &sink.columns {
         if columns.is_empty() {

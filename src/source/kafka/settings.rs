@@ -245,6 +245,32 @@ mod tests {
         assert_eq!(key_of(validate(&s).unwrap_err()), "source.properties");
     }
 
+    /// librdkafka is built with TLS (and so SASL SCRAM): these are accepted, not
+    /// "not available at build time".
+    #[test]
+    fn sasl_over_tls_is_accepted() {
+        let mut s = kafka();
+        for (key, value) in [
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", "sluice"),
+            ("sasl.password", "not-a-real-one"),
+            ("ssl.endpoint.identification.algorithm", "https"),
+        ] {
+            s.properties
+                .insert(key.into(), PropertyValue::Text(value.into()));
+        }
+        validate(&s).unwrap();
+        s.properties.insert(
+            "sasl.mechanism".into(),
+            PropertyValue::Text("SCRAM-SHA-256".into()),
+        );
+        validate(&s).unwrap();
+        s.properties
+            .insert("sasl.mechanism".into(), PropertyValue::Text("PLAIN".into()));
+        validate(&s).unwrap();
+    }
+
     #[test]
     fn kafka_keys_are_refused_for_other_sources() {
         let s = SourceConfig {
