@@ -722,6 +722,12 @@ impl Config {
         if let Some(tls) = &config.sink.tls {
             tls.warn_if_insecure(&crate::tls::SINK_KEYS, "the sink");
         }
+        let property = |name: &str| config.source.properties.get(name).map(|v| v.to_string());
+        if property("enable.ssl.certificate.verification").as_deref() == Some("false") {
+            tracing::warn!(
+                "source.properties enable.ssl.certificate.verification = false: the Kafka connection accepts ANY certificate; it is encrypted but not authenticated"
+            );
+        }
         Ok(config)
     }
 
