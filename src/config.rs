@@ -1341,6 +1341,25 @@ mod tests {
     }
 
     #[test]
+    fn tls_settings_that_cannot_apply_are_named() {
+        let dl = "[sink.dead_letters]\npath = \"d.ndjson\"";
+        let e = http_error_of(
+            &format!("{dl}\n[sink.tls]\ninsecure_skip_verify = true"),
+            "",
+        )
+        .unwrap_err();
+        assert!(e.contains("sink.tls") && e.contains("https://"), "{e}");
+        let e = http_error_of(
+            &format!("{dl}\n[sink.tls]\ninsecure_skip_verify = \"yes\""),
+            "",
+        )
+        .unwrap_err();
+        assert!(e.contains("insecure_skip_verify"), "{e}");
+        let e = error_of_sink("[sink.tls]\nca_file = \"ca.pem\"\n");
+        assert!(e.contains("sink.tls"), "{e}");
+    }
+
+    #[test]
     fn the_http_example_config_loads() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/http-sim.toml");
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/records.ndjson");
