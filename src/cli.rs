@@ -154,9 +154,24 @@ struct InitArgs {
 struct RunArgs {
     #[command(flatten)]
     config: ConfigArgs,
-    /// Exit 0 once the source is drained and everything pulled is written or dead-lettered.
+    /// Exit 0 once the source is drained and everything pulled is written or
+    /// dead-lettered. `start` (the default): drain what was there when the run began (end
+    /// offsets, queue depth, file size), leaving later records for the next run, so the
+    /// run ends even while producers outpace the sink. `caught-up`: also take what arrives
+    /// meanwhile, until nothing is left.
+    #[arg(long, value_enum, value_name = "WHEN", num_args = 0..=1, require_equals = true, default_missing_value = "start")]
+    until_empty: Option<UntilEmpty>,
+    /// Kafka, with --until-empty: read every partition of the topic by direct
+    /// assignment instead of joining the consumer group (no join wait: the first rows are
+    /// written within a second). Offsets are still committed to source.group, so a daemon
+    /// started later resumes where this run stopped. Refused (exit 2) while another
+    /// member of the group is active.
     #[arg(long)]
-    until_empty: bool,
+    direct_assignment: bool,
+    /// Stop pulling this long after the start (e.g. 10m), finish the batches in flight,
+    /// checkpoint and exit 0; the summary says how many records are left.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    deadline: Option<std::time::Duration>,
     /// Stop after pulling this many records.
     #[arg(long, value_name = "N")]
     max_records: Option<u64>,
@@ -173,6 +188,24 @@ struct RunArgs {
     /// sink.url_file.
     #[arg(long, value_name = "URL")]
     sink_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum UntilEmpty {
+    /// What the source held when the run began.
+    Start,
+    /// Until nothing is left, records arriving meanwhile included.
+    CaughtUp,
+}
+
+impl RunArgs {
+    fn extent(&self) -> source::Extent {
+        match self.until_empty {
+            None => source::Extent::Follow,
+            Some(UntilEmpty::Start) => source::Extent::AtStart,
+            Some(UntilEmpty::CaughtUp) => source::Extent::CaughtUp,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -245,6 +278,22 @@ async fn run(args: RunArgs) -> u8 {
         say!("sluice: --max-records must be at least 1");
         return EXIT_CONFIG;
     }
+    if args.direct_assignment {
+        if args.until_empty.is_none() {
+            say!(
+                "sluice: --direct-assignment is for one-shot runs (--until-empty): a daemon shares the partitions through the group"
+            );
+            return EXIT_CONFIG;
+        }
+        if config.source.kind != crate::config::SourceKind::Kafka {
+            say!("sluice: --direct-assignment applies to a Kafka source (source.kind = \"kafka\")");
+            return EXIT_CONFIG;
+        }
+    }
+    if args.deadline.is_some_and(|d| d.is_zero()) {
+        say!("sluice: --deadline must be longer than zero");
+        return EXIT_CONFIG;
+    }
     // Found now, not after the first rows are written and the checkpoint cannot be saved.
     if let Some(cp) = config.checkpoint_path()
         && let Err(e) = crate::check::writable(&cp)
@@ -269,11 +318,11 @@ async fn run(args: RunArgs) -> u8 {
     let stats = Arc::new(Stats::default());
     let (code, summary) = match drain(&args, &config, pool, stats.clone()).await {
         Ok(summary) => (0, summary),
-        Err(error) => {
-            say!("sluice: {error}");
+        Err(Failure { code, message }) => {
+            say!("sluice: {message}");
             let mut summary = stats.summary(started.elapsed());
-            summary.error = Some(crate::redact::redact(&error));
-            (EXIT_RUNTIME, summary)
+            summary.error = Some(crate::redact::redact(&message));
+            (code, summary)
         }
     };
     report(&args, summary, code)
@@ -292,6 +341,21 @@ fn report(args: &RunArgs, summary: Summary, code: u8) -> u8 {
     code
 }
 
+/// Why a run failed, and its exit code.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure {
+            code: EXIT_RUNTIME,
+            message,
+        }
+    }
+}
+
 /// Opens the source and sink, wires the pipeline and runs it; the error says why it
 /// failed at whatever stage.
 async fn drain(
@@ -299,17 +363,29 @@ async fn drain(
     config: &Config,
     pool: Option<(Arc<dyn LeaseStore>, PoolDefinition)>,
     stats: Arc<Stats>,
-) -> Result<Summary, String> {
+) -> Result<Summary, Failure> {
     let started = tokio::time::Instant::now();
-    let mut shutdown = shutdown::on_signals();
-    let source = source::open(config, !args.until_empty)
+    let deadline_reached = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut shutdown = shutdown::on_signals_or_deadline(
+        args.deadline.map(|d| started + d),
+        deadline_reached.clone(),
+    );
+    let source = source::open(config, args.extent(), args.direct_assignment)
         .await
-        .map_err(|e| format!("cannot open the source: {e}"))?;
+        .map_err(|e| match e {
+            source::SourceError::Refused(why) => Failure {
+                code: EXIT_CONFIG,
+                message: why,
+            },
+            e => format!("cannot open the source: {e}").into(),
+        })?;
     let Some(sink) = sink::open_when_ready(config, &mut shutdown)
         .await
         .map_err(|e| e.to_string())?
     else {
-        return Ok(stats.summary(started.elapsed()));
+        let mut summary = stats.summary(started.elapsed());
+        summary.deadline_reached = deadline_reached.load(std::sync::atomic::Ordering::Relaxed);
+        return Ok(summary);
     };
     // With leases the worker starts with its reserved rate and earns the rest.
     let initial_rate = match &config.leases {
@@ -344,7 +420,7 @@ async fn drain(
             ))),
         stats.clone(),
         RunOptions {
-            until_empty: args.until_empty,
+            until_empty: args.until_empty.is_some(),
             max_records: args.max_records,
             max_batch: config.sink.max_batch,
             max_in_flight: config.concurrency.max,
@@ -384,9 +460,17 @@ async fn drain(
             Some(task)
         }
     };
-    let progress = Progress::start(stats);
-    let result = pipeline.run(shutdown).await;
+    let progress = Progress::start(stats.clone());
+    let mut result = pipeline.run(shutdown).await;
     progress.finish();
+    if deadline_reached.load(std::sync::atomic::Ordering::Relaxed) {
+        stats
+            .deadline_reached
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(summary) = &mut result {
+            summary.deadline_reached = true;
+        }
+    }
     if let Some(t) = telemetry {
         t.abort();
     }
@@ -394,7 +478,7 @@ async fn drain(
     if let Some(k) = keeper {
         let _ = k.await;
     }
-    result.map_err(|e| e.to_string())
+    result.map_err(|e| e.to_string().into())
 }
 
 /// Whether a URL given on the command line carries a password or a secret query value.

@@ -123,7 +123,7 @@ impl Pipeline {
     pub async fn run(mut self, mut shutdown: Shutdown) -> Result<Summary, PipelineError> {
         let started = Instant::now();
         let tick = self.cadence.tick();
-        let mut ticker = tokio::time::interval_at(Instant::now() + tick, tick);
+        let mut ticker = tokio::time::interval_at(Instant::now() + self.first_tick(), tick);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
         let mut in_flight: InFlight = FuturesUnordered::new();
         let mut allowance: u64 = 0;
@@ -228,7 +228,7 @@ impl Pipeline {
             let stopping = stop_deadline.is_some() || failure.is_some();
             if in_flight.is_empty() && (drained || limit_reached || stopping) {
                 let clean = failure.is_none() && drained && !limit_reached;
-                self.source.close(clean).await?;
+                self.close(clean).await?;
                 return match failure {
                     Some(e) => Err(e),
                     None => Ok(self.stats.summary(started.elapsed())),
@@ -279,11 +279,32 @@ impl Pipeline {
                     for task in in_flight.iter() {
                         task.abort();
                     }
-                    self.source.close(false).await?;
+                    self.close(false).await?;
                     return Err(PipelineError::GraceExpired(left));
                 }
             }
         }
+    }
+
+    /// The first tick comes once the cadence (which starts empty) holds a full batch for
+    /// every slot, at the latest one tick from now: at a rate no batch slot can keep up
+    /// with (limits off), waiting a whole tick would only delay the first row.
+    fn first_tick(&self) -> Duration {
+        let rate = self.cadence.rate();
+        let all_slots = (self.options.max_batch * self.options.max_in_flight) as f64;
+        let tick = self.cadence.tick();
+        if rate > 0.0 {
+            tick.min(Duration::from_secs_f64(all_slots / rate))
+        } else {
+            tick
+        }
+    }
+
+    /// Closes the source and notes what it has left, for the summary and `/metrics`.
+    async fn close(&mut self, drained: bool) -> Result<(), SourceError> {
+        self.source.close(drained).await?;
+        let _ = self.stats.remaining.set(self.source.remaining().await);
+        Ok(())
     }
 
     /// Batches allowed in flight now: the concurrency limit, never above the configured max.

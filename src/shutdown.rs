@@ -45,8 +45,24 @@ impl Shutdown {
 
 /// A `Shutdown` that fires on SIGINT or SIGTERM.
 pub fn on_signals() -> Shutdown {
+    on_signals_or_deadline(None, std::sync::Arc::default())
+}
+
+/// A `Shutdown` that fires on SIGINT or SIGTERM, or at `deadline` (`--deadline`: a
+/// one-shot job stops pulling, finishes what is in flight and exits 0); `reached` is set
+/// when it was the deadline.
+pub fn on_signals_or_deadline(
+    deadline: Option<tokio::time::Instant>,
+    reached: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Shutdown {
     let (trigger, shutdown) = channel();
     tokio::spawn(async move {
+        let deadline = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
@@ -54,11 +70,23 @@ pub fn on_signals() -> Shutdown {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
+                _ = deadline => {
+                    reached.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
             }
         }
         #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutdown requested: no more pulls, finishing batches in flight");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = deadline => {
+                reached.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        if reached.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::info!("deadline reached: no more pulls, finishing batches in flight");
+        } else {
+            tracing::info!("shutdown requested: no more pulls, finishing batches in flight");
+        }
         trigger.trigger();
     });
     shutdown

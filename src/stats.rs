@@ -45,6 +45,10 @@ pub struct Stats {
     pub pauses: AtomicU64,
     /// Sink write latencies, for the p50/p95 in the summary.
     pub write_latency: LatencyHistogram,
+    /// Records left in the source when the run ended (None inside: it cannot tell).
+    pub remaining: std::sync::OnceLock<Option<u64>>,
+    /// The run stopped because `--deadline` passed.
+    pub deadline_reached: AtomicBool,
 }
 
 /// Latencies in buckets 5% apart from 0.1 ms to about 2 minutes: percentiles within 5%,
@@ -161,6 +165,8 @@ impl Stats {
             write_p50_ms: self.write_latency.quantile(0.5).map(ms),
             write_p95_ms: self.write_latency.quantile(0.95).map(ms),
             elapsed_s: (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
+            remaining: self.remaining.get().copied().flatten(),
+            deadline_reached: self.deadline_reached.load(Relaxed),
             error: None,
         }
     }
@@ -187,6 +193,12 @@ pub struct Summary {
     pub write_p50_ms: Option<f64>,
     pub write_p95_ms: Option<f64>,
     pub elapsed_s: f64,
+    /// Records left in the source at exit (Kafka: end offsets − settled offsets of the
+    /// partitions held; RabbitMQ: ready messages; file: unread lines); null when unknown.
+    pub remaining: Option<u64>,
+    /// `--deadline` stopped the run before the source was drained.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deadline_reached: bool,
     /// Why the run failed (exit 1 or 2); absent when it succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -205,7 +217,7 @@ impl std::fmt::Display for Summary {
         };
         write!(
             f,
-            "pulled {} · written {} · duplicates {} · dead-lettered {} · throttled {} · retries {} · resent unanswered {} · {:.1} s ({:.0} rec/s)",
+            "pulled {} · written {} · duplicates {} · dead-lettered {} · throttled {} · retries {} · resent unanswered {} · {:.1} s ({:.0} rec/s){}{}",
             self.pulled,
             self.written,
             self.duplicates,
@@ -214,7 +226,14 @@ impl std::fmt::Display for Summary {
             self.retries,
             self.resent_unanswered,
             self.elapsed_s,
-            rate
+            rate,
+            self.remaining
+                .map_or(String::new(), |n| format!(" · {n} left in the source")),
+            if self.deadline_reached {
+                " · stopped at the deadline"
+            } else {
+                ""
+            }
         )
     }
 }

@@ -80,6 +80,19 @@ pub struct AmqpSource {
     failures: u32,
     reconnect_at: Option<Instant>,
     empty_checked: Option<(Instant, u32)>,
+    /// `--until-empty`: the messages ready when the run began, taken at the first connect
+    /// before consuming. The run takes no more than that (the broker queues in order, so
+    /// they are the ones there at start); each worker on a queue counts the whole depth.
+    bound: Option<u64>,
+    /// Whether to take that bound at the first connect.
+    bounded: bool,
+    /// Messages acknowledged in this run, each counted once (an ack of a channel since
+    /// lost is void: the message comes again and counts then).
+    settled: u64,
+    /// Of those, acknowledged on the current channel.
+    settled_here: u64,
+    /// Ready messages after close handed back what was not settled.
+    left_at_close: Option<u64>,
 }
 
 struct Live {
@@ -103,7 +116,7 @@ impl From<AmqpError> for SourceError {
 
 impl AmqpSource {
     /// Connects once so that a wrong URL or a missing queue is reported at start.
-    pub async fn open(config: &Config) -> Result<Self, SourceError> {
+    pub async fn open(config: &Config, bounded: bool) -> Result<Self, SourceError> {
         let url = config.source.url.clone().unwrap_or_default();
         let queue = config.source.queue.clone().unwrap_or_default();
         let mut source = AmqpSource {
@@ -120,6 +133,11 @@ impl AmqpSource {
             failures: 0,
             reconnect_at: None,
             empty_checked: None,
+            bound: None,
+            bounded,
+            settled: 0,
+            settled_here: 0,
+            left_at_close: None,
         };
         source.connect().await?;
         Ok(source)
@@ -144,6 +162,16 @@ impl AmqpSource {
                 )
                 .await?;
         }
+        if self.bounded && self.bound.is_none() {
+            let ready = passive_declare(&channel, &self.queue)
+                .await?
+                .message_count();
+            tracing::info!(
+                queue = %self.queue,
+                "taking the {ready} messages ready now; later ones are left for the next run"
+            );
+            self.bound = Some(u64::from(ready));
+        }
         channel
             .basic_qos(self.prefetch, BasicQosOptions { global: true })
             .await?;
@@ -156,6 +184,7 @@ impl AmqpSource {
             )
             .await?;
         self.epoch += 1;
+        self.settled_here = 0;
         self.watermark = Watermark::new(1);
         self.live = Some(Live {
             connection,
@@ -169,6 +198,14 @@ impl AmqpSource {
 
     /// Forgets the broken connection; the next pull reconnects after a backoff.
     fn lost(&mut self, why: impl std::fmt::Display) {
+        if let Some(bound) = &mut self.bound {
+            // Acks sent just before the loss may never have reached the broker: those
+            // messages come again and would be counted twice. At most a prefetch of them
+            // was unacked, so the bound grows by that much at most (a few later messages
+            // may be taken; none of those there at start is left behind).
+            *bound += self.settled_here.min(u64::from(self.prefetch));
+            self.settled_here = 0;
+        }
         if self.live.take().is_some() {
             tracing::warn!(
                 "amqp connection lost ({why}); reconnecting, unacked messages will be redelivered"
@@ -248,19 +285,31 @@ impl AmqpSource {
         let Some(live) = &self.live else {
             return Ok(u32::MAX);
         };
-        let q = live
-            .channel
-            .queue_declare(
-                self.queue.as_str().into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
-        Ok(q.message_count())
+        Ok(passive_declare(&live.channel, &self.queue)
+            .await?
+            .message_count())
     }
+
+    /// Messages of the start bound still to be taken (not counting those in flight);
+    /// None without a bound.
+    fn bound_left(&self) -> Option<u64> {
+        let bound = self.bound?;
+        Some(bound.saturating_sub(self.settled + self.watermark.outstanding() as u64))
+    }
+}
+
+/// The queue as it is, changing nothing (declare-ok carries the ready count).
+async fn passive_declare(channel: &Channel, queue: &str) -> Result<lapin::Queue, lapin::Error> {
+    channel
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
 }
 
 /// What a queue holds, as a passive declare tells it: nothing is consumed, declared or
@@ -282,16 +331,7 @@ pub async fn inspect(config: &Config) -> Result<QueueDepth, SourceError> {
         .map_err(AmqpError)?;
     let depth = async {
         let channel = connection.create_channel().await?;
-        let q = channel
-            .queue_declare(
-                queue.as_str().into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
+        let q = passive_declare(&channel, &queue).await?;
         Ok::<_, lapin::Error>(QueueDepth {
             ready: q.message_count(),
             consumers: q.consumer_count(),
@@ -345,6 +385,17 @@ impl Source for AmqpSource {
         if !self.ensure_live().await {
             return Ok(Pulled::default());
         }
+        let max = match self.bound_left() {
+            Some(0) => {
+                // Everything there at start is taken: done once it is settled.
+                return Ok(Pulled {
+                    records: Vec::new(),
+                    caught_up: self.watermark.outstanding() == 0,
+                });
+            }
+            Some(left) => max.min(usize::try_from(left).unwrap_or(usize::MAX)),
+            None => max,
+        };
         let mut records = Vec::with_capacity(max.min(4096));
         let mut broken = None;
         {
@@ -406,6 +457,8 @@ impl Source for AmqpSource {
     async fn ack(&mut self, positions: &[Position]) -> Result<(), SourceError> {
         let mut upto = None;
         for p in positions.iter().filter(|p| p.lane == self.epoch) {
+            self.settled += 1;
+            self.settled_here += 1;
             if let Some(committed) = self.watermark.ack(p.start) {
                 upto = Some(committed);
             }
@@ -475,8 +528,19 @@ impl Source for AmqpSource {
                 },
             )
             .await;
+        // The channel handles the nack first: the count includes what was handed back.
+        self.left_at_close = passive_declare(&live.channel, &self.queue)
+            .await
+            .ok()
+            .map(|q| u64::from(q.message_count()));
         let _ = live.channel.close(200, "sluice done".into()).await;
         let _ = live.connection.close(200, "sluice done".into()).await;
         Ok(())
+    }
+
+    /// Ready messages when the run ended (delivered to other consumers and unacked ones
+    /// not included: AMQP cannot count them).
+    async fn remaining(&mut self) -> Option<u64> {
+        self.left_at_close
     }
 }

@@ -87,6 +87,31 @@ impl FileSource {
         Ok(source)
     }
 
+    /// Reads no further than each file's size now: records appended later are left for the
+    /// next run, so a one-shot load ends even while a writer outpaces the sink.
+    pub fn bound_at_start(&mut self) -> Result<(), SourceError> {
+        for s in &mut self.segments {
+            s.limit = s.disk_len().map_err(named(&s.path))?;
+            if let Some(limit) = s.limit {
+                tracing::info!(
+                    "reading {} up to byte {limit}, its size now; lines written later are left for the next run",
+                    s.path.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes on disk past what was read, in any file still in play.
+    fn unread_bytes(&self) -> Result<bool, SourceError> {
+        for s in &self.segments {
+            if s.disk_len().map_err(named(&s.path))?.unwrap_or(0) > s.consumed() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     fn lane(&mut self) -> i32 {
         self.next_lane += 1;
         self.next_lane - 1
@@ -477,11 +502,21 @@ impl Source for FileSource {
         let Some(cp) = &self.checkpoint else {
             return Ok(());
         };
-        if drained && self.segments.iter().all(|s| s.outstanding() == 0) {
+        if drained && self.segments.iter().all(|s| s.outstanding() == 0) && !self.unread_bytes()? {
             // A finished one-shot load: the next run is a fresh load, deduplicated by the sink.
             return cp.remove().await;
         }
         self.save_checkpoint().await
+    }
+
+    /// Records not read, in every file still in play (those past a start bound included).
+    async fn remaining(&mut self) -> Option<u64> {
+        self.path.as_ref()?;
+        let mut records = 0;
+        for s in &self.segments {
+            records += s.count_unread().ok()??;
+        }
+        Some(records)
     }
 }
 

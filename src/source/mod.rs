@@ -24,6 +24,10 @@ pub enum SourceError {
     },
     #[error("{0}")]
     Other(String),
+    /// Starting would break a rule of the setup (another group member is active):
+    /// refused like bad configuration.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// What a pull returned.
@@ -89,15 +93,59 @@ pub trait Source: Send {
     /// Makes acknowledged progress durable and lets go of anything unacknowledged.
     /// `drained` is true when a one-shot run consumed everything.
     async fn close(&mut self, drained: bool) -> Result<(), SourceError>;
+
+    /// Records left in the source, asked after `close` (for the summary and `/metrics`):
+    /// None when the source cannot tell.
+    async fn remaining(&mut self) -> Option<u64> {
+        match self.backlog().await {
+            Ok(Backlog::Records(n)) => Some(n),
+            _ => None,
+        }
+    }
 }
 
-/// Opens the source the configuration names. `follow`: keep waiting for new records at
-/// the end of the input (a daemon) rather than stopping there (`--until-empty`).
-pub async fn open(config: &Config, follow: bool) -> Result<Box<dyn Source>, SourceError> {
+/// How far a run reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extent {
+    /// On and on, waiting for new records at the end (a daemon).
+    Follow,
+    /// Until nothing is left, records that arrive meanwhile included
+    /// (`--until-empty=caught-up`): never ends while producers outpace the sink.
+    CaughtUp,
+    /// The records there when the run began: the end offsets, queue depth or file size
+    /// observed at start (`--until-empty`). A one-shot job always ends.
+    AtStart,
+}
+
+/// Opens the source the configuration names, reading as far as `extent` says. `direct`
+/// (Kafka, one-shot runs): take every partition by direct assignment instead of joining
+/// the group.
+pub async fn open(
+    config: &Config,
+    extent: Extent,
+    direct: bool,
+) -> Result<Box<dyn Source>, SourceError> {
+    let follow = extent == Extent::Follow;
+    let at_start = extent == Extent::AtStart;
     match config.source.kind {
-        SourceKind::File => Ok(Box::new(file::FileSource::open(config, follow).await?)),
-        SourceKind::Amqp => Ok(Box::new(amqp::AmqpSource::open(config).await?)),
-        SourceKind::Kafka => Ok(Box::new(kafka::KafkaSource::open(config, follow).await?)),
+        SourceKind::File => {
+            let mut source = file::FileSource::open(config, follow).await?;
+            if at_start {
+                source.bound_at_start()?;
+            }
+            Ok(Box::new(source))
+        }
+        SourceKind::Amqp => Ok(Box::new(amqp::AmqpSource::open(config, at_start).await?)),
+        SourceKind::Kafka => {
+            let mut source = kafka::KafkaSource::open(config, follow).await?;
+            if at_start {
+                source.bound_at_start();
+            }
+            if direct {
+                source.assign_all()?;
+            }
+            Ok(Box::new(source))
+        }
     }
 }
 
@@ -121,7 +169,7 @@ pub async fn inspect_backlog(config: &Config) -> Result<BacklogReport, SourceErr
             )),
         });
     }
-    let mut source = open(config, false).await?;
+    let mut source = open(config, Extent::CaughtUp, false).await?;
     let records = source.count_backlog().await;
     // Closing a file source saves its checkpoint: an inspection writes nothing.
     if config.source.kind != SourceKind::File {

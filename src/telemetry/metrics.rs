@@ -76,6 +76,10 @@ fn describe() {
     describe_gauge!("sluice_batches_in_flight", "Batches being written now.");
     describe_gauge!("sluice_leases_held", "Capacity leases this worker holds.");
     describe_gauge!(
+        "sluice_records_remaining",
+        "Records left in the source when the run ended (set at exit)."
+    );
+    describe_gauge!(
         "sluice_source_backlog",
         "Records (or bytes, for a file) left in the source."
     );
@@ -94,6 +98,9 @@ pub fn render(stats: &Stats) -> String {
     gauge!("sluice_concurrency_limit").set(stats.concurrency_limit.load(Relaxed) as f64);
     gauge!("sluice_batches_in_flight").set(stats.batches_in_flight.load(Relaxed) as f64);
     gauge!("sluice_leases_held").set(stats.leases_held.load(Relaxed) as f64);
+    if let Some(Some(left)) = stats.remaining.get() {
+        gauge!("sluice_records_remaining").set(*left as f64);
+    }
     let total = stats.source_total.load(Relaxed);
     if total > 0 {
         let left = total.saturating_sub(stats.source_done.load(Relaxed));

@@ -57,6 +57,9 @@ pub struct Segment {
     pub last_growth: Instant,
     /// Read to its end for good: nothing more will be pulled from it.
     pub done: bool,
+    /// No line starting at or after this byte is read (`--until-empty`: the file's size
+    /// when the run began). A line begun before it is read whole.
+    pub limit: Option<u64>,
 }
 
 impl Segment {
@@ -111,6 +114,7 @@ impl Segment {
             superseded: false,
             last_growth: Instant::now(),
             done: false,
+            limit: None,
         }
     }
 
@@ -203,6 +207,9 @@ impl Segment {
     /// last line without a newline is held back until its newline arrives.
     pub async fn next_record(&mut self) -> std::io::Result<Option<Record>> {
         loop {
+            if self.partial_len == 0 && self.limit.is_some_and(|limit| self.offset >= limit) {
+                return Ok(None);
+            }
             let buf = self.reader.fill_buf().await?;
             if buf.is_empty() {
                 return Ok(None);
@@ -453,6 +460,17 @@ mod tests {
         assert!(s.ack(got[2].position.start));
         assert!(s.settled());
         assert_eq!((s.entry().offset, s.entry().line), (7, 5));
+    }
+
+    #[tokio::test]
+    async fn a_limit_stops_before_lines_that_start_at_or_after_it() {
+        let mut s = segment(b"a\nbb\nccc\n", 100);
+        // Byte 3 is inside "bb": that line began before the limit and is read whole.
+        s.limit = Some(3);
+        let got = all(&mut s).await;
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1].payload, b"bb");
+        assert_eq!(s.consumed(), 5);
     }
 
     #[tokio::test]

@@ -20,6 +20,11 @@ pub struct Assignment {
     unassigned_since: Instant,
     /// The last record or (re)assignment: "caught up" also needs a quiet spell after it.
     last_activity: Instant,
+    /// `--until-empty`: each partition stops at its end offset as first seen in this
+    /// run; records at or past it are left for the next run.
+    bounded: bool,
+    /// Those end offsets, kept across rebalances.
+    bounds: BTreeMap<i32, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -34,6 +39,12 @@ struct Lane {
     stored: Option<u64>,
     /// The consumer reached the end of the partition and fetched nothing since.
     at_end: bool,
+    /// The end offset the run stops at, if it has one.
+    bound: Option<u64>,
+    /// Everything below the bound was fetched: nothing more is taken from here.
+    at_bound: bool,
+    /// The consumer was told to stop fetching this partition.
+    paused: bool,
     /// Watermarks and committed offset as the client's statistics last reported them.
     high: Option<u64>,
     low: Option<u64>,
@@ -56,6 +67,11 @@ impl Lane {
         self.watermark.as_ref().map_or(0, Watermark::outstanding)
     }
 
+    /// Nothing more to fetch now: at the partition's end, or at the run's bound.
+    fn finished(&self) -> bool {
+        self.at_end || self.at_bound
+    }
+
     /// The settled offset, when the offset store lags behind it.
     fn due(&self) -> Option<u64> {
         let committed = self.watermark.as_ref()?.committed();
@@ -72,6 +88,35 @@ impl Assignment {
             lanes: None,
             unassigned_since: now,
             last_activity: now,
+            bounded: false,
+            bounds: BTreeMap::new(),
+        }
+    }
+
+    /// Starts afresh (a new subscription), keeping the run's bounds.
+    pub fn restart(&mut self, now: Instant) {
+        *self = Assignment {
+            bounded: self.bounded,
+            bounds: std::mem::take(&mut self.bounds),
+            ..Assignment::new(now)
+        };
+    }
+
+    /// Each partition is to stop at its end offset as first seen (`--until-empty`).
+    pub fn bound_each_partition(&mut self) {
+        self.bounded = true;
+    }
+
+    /// Whether `partition` still needs its bound: the run is bounded and none is set.
+    pub fn wants_bound(&self, partition: i32) -> bool {
+        self.bounded && !self.bounds.contains_key(&partition)
+    }
+
+    /// `partition` stops at `end` for the rest of the run (held now or assigned later).
+    pub fn set_bound(&mut self, partition: i32, end: u64) {
+        self.bounds.insert(partition, end);
+        if let Some(lane) = self.lanes.as_mut().and_then(|l| l.get_mut(&partition)) {
+            lane.bound = Some(end);
         }
     }
 
@@ -94,6 +139,7 @@ impl Assignment {
                 p,
                 Lane {
                     assigned_in: self.epoch,
+                    bound: self.bounds.get(&p).copied(),
                     ..Lane::default()
                 },
             );
@@ -125,11 +171,19 @@ impl Assignment {
         due
     }
 
-    /// Registers a fetched record; false when its partition is not ours (any more).
+    /// Registers a fetched record; false when its partition is not ours (any more) or
+    /// the record lies past the run's bound.
     pub fn admit(&mut self, partition: i32, offset: u64) -> bool {
         let Some(lane) = self.lanes.as_mut().and_then(|l| l.get_mut(&partition)) else {
             return false;
         };
+        if let Some(bound) = lane.bound {
+            if offset >= bound {
+                lane.at_bound = true;
+                return false;
+            }
+            lane.at_bound = offset + 1 >= bound;
+        }
         let watermark = lane.watermark.get_or_insert_with(|| Watermark::new(offset));
         lane.stored.get_or_insert(offset);
         watermark.pulled(offset, offset + 1);
@@ -210,23 +264,51 @@ impl Assignment {
         }
     }
 
-    /// Every held partition is at its end: nothing more to fetch right now.
+    /// Every held partition is at its end or its bound: nothing more to fetch right now.
     pub fn all_at_end(&self) -> bool {
         self.lanes
             .as_ref()
-            .is_some_and(|lanes| lanes.values().all(|lane| lane.at_end))
+            .is_some_and(|lanes| lanes.values().all(Lane::finished))
     }
 
-    /// Nothing left: every held partition is at its end, nothing handed out is unsettled,
-    /// and no record or rebalance came for `quiet`. No assignment yet is not empty.
+    /// Partitions at their bound that the consumer still fetches: pause them. Marks them
+    /// paused.
+    pub fn to_pause(&mut self) -> Vec<i32> {
+        let mut out = Vec::new();
+        for (&p, lane) in self.lanes.iter_mut().flatten() {
+            if lane.at_bound && !lane.paused {
+                lane.paused = true;
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// Nothing left: every held partition is at its end (or its bound), nothing handed
+    /// out is unsettled, and — unless every partition is at its bound, which no late
+    /// record can change — no record or rebalance came for `quiet`. No assignment yet is
+    /// not empty.
     pub fn caught_up(&self, now: Instant, quiet: Duration) -> bool {
-        self.all_at_end()
-            && self
-                .lanes
+        let Some(lanes) = &self.lanes else {
+            return false;
+        };
+        lanes
+            .values()
+            .all(|lane| lane.finished() && lane.outstanding() == 0)
+            && (lanes.values().all(|lane| lane.at_bound)
+                || now.saturating_duration_since(self.last_activity) >= quiet)
+    }
+
+    /// Each held partition with its settled offset (None where unknown); None without an
+    /// assignment.
+    pub fn settled(&self) -> Option<Vec<(i32, Option<u64>)>> {
+        let lanes = self.lanes.as_ref()?;
+        Some(
+            lanes
                 .iter()
-                .flatten()
-                .all(|(_, lane)| lane.outstanding() == 0)
-            && now.saturating_duration_since(self.last_activity) >= quiet
+                .map(|(&p, lane)| (p, lane.committed()))
+                .collect(),
+        )
     }
 
     /// How long the worker has been waiting for partitions, if it holds none.
@@ -377,6 +459,47 @@ mod tests {
         // A broker reporting a high watermark below the committed offset counts as 0.
         a.reported(0, 10, 0, 40);
         assert_eq!(a.backlog(), Some(29));
+    }
+
+    #[test]
+    fn a_bound_stops_each_partition_without_waiting_for_quiet() {
+        let t0 = Instant::now();
+        let mut a = Assignment::new(t0);
+        a.bound_each_partition();
+        a.set_bound(0, 3);
+        a.restart(t0);
+        a.assign(&[0, 1], t0);
+        assert!(!a.wants_bound(0), "kept across a restart");
+        assert!(a.wants_bound(1));
+        a.set_bound(1, 10);
+        assert!(a.admit(0, 1));
+        assert!(a.admit(0, 2), "the last offset below the bound");
+        assert!(!a.admit(0, 3), "past the bound: left for the next run");
+        assert_eq!(a.to_pause(), vec![0]);
+        assert_eq!(a.to_pause(), Vec::<i32>::new(), "paused once");
+        assert!(!a.all_at_end(), "partition 1 is not at its bound");
+        assert!(!a.admit(1, 12));
+        assert!(a.all_at_end());
+        assert!(!a.caught_up(t0, QUIET), "1 and 2 are in flight");
+        a.ack(0, 1);
+        a.ack(0, 2);
+        assert!(
+            a.caught_up(t0, QUIET),
+            "every partition at its bound: no quiet spell"
+        );
+        assert_eq!(a.settled(), Some(vec![(0, Some(3)), (1, None)]));
+    }
+
+    #[test]
+    fn a_partition_at_its_end_below_the_bound_still_waits_for_quiet() {
+        let t0 = Instant::now();
+        let mut a = Assignment::new(t0);
+        a.bound_each_partition();
+        a.assign(&[0], t0);
+        a.set_bound(0, 100);
+        a.reached_end(0);
+        assert!(!a.caught_up(t0, QUIET));
+        assert!(a.caught_up(t0 + QUIET, QUIET));
     }
 
     #[test]

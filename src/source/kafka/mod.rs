@@ -118,6 +118,114 @@ impl KafkaSource {
         })
     }
 
+    /// Stops each partition at its end offset as the broker reports it with the first
+    /// records fetched from it in this run (`--until-empty`): records produced later are
+    /// left for the next run, so a one-shot load ends even while producers outpace the
+    /// sink. The fetch's high watermark is used, not a ListOffsets answer, which some
+    /// brokers get wrong (Tansu answers one past the last batch's first offset).
+    pub fn bound_at_start(&mut self) {
+        lock(&self.assignment).bound_each_partition();
+    }
+
+    /// Takes `partition`'s bound if the run needs it and has none: the high watermark of
+    /// the latest fetch response, which librdkafka keeps (no request is made). `seen` is
+    /// an offset known to exist there.
+    fn take_bound(&self, partition: i32, seen: Option<u64>) {
+        if !lock(&self.assignment).wants_bound(partition) {
+            return;
+        }
+        let Some(high) = self.cached_high_watermark(partition) else {
+            return;
+        };
+        let end = seen.map_or(high, |offset| high.max(offset + 1));
+        tracing::info!(topic = %self.topic, partition, end, "reading the partition up to its end as of now; later records are left for the next run");
+        lock(&self.assignment).set_bound(partition, end);
+    }
+
+    /// The high watermark the last fetch response of `partition` carried.
+    fn cached_high_watermark(&self, partition: i32) -> Option<u64> {
+        let topic = std::ffi::CString::new(self.topic.as_str()).ok()?;
+        let (mut low, mut high) = (-1i64, -1i64);
+        // SAFETY: the client handle lives as long as `self.consumer`; librdkafka only
+        // reads the topic name and writes the two integers, without a network call.
+        let err = unsafe {
+            rdkafka::bindings::rd_kafka_get_watermark_offsets(
+                self.consumer.client().native_ptr(),
+                topic.as_ptr(),
+                partition,
+                &mut low,
+                &mut high,
+            )
+        };
+        if err != rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return None;
+        }
+        u64::try_from(high).ok()
+    }
+
+    /// Takes every partition of the topic by direct assignment, without joining the group
+    /// (a join costs seconds), from the group's committed offsets; commits still go to the
+    /// group, so a daemon started later resumes where this run stopped. Refused while the
+    /// group has an active member: both would read the same partitions.
+    pub fn assign_all(&mut self) -> Result<(), SourceError> {
+        let groups = self
+            .consumer
+            .fetch_group_list(Some(&self.group), METADATA_TIMEOUT)
+            .map_err(|e| fail(&format!("describing group {:?}", self.group), e))?;
+        if let Some(group) = groups.groups().iter().find(|g| g.name() == self.group)
+            && !group.members().is_empty()
+        {
+            let members: Vec<String> = group
+                .members()
+                .iter()
+                .map(|m| match (m.client_id(), m.client_host()) {
+                    ("", "") => m.id().to_string(),
+                    (client, host) => format!("{client} at {host}"),
+                })
+                .collect();
+            return Err(SourceError::Refused(format!(
+                "kafka: group {:?} has {} active member(s): {}; --direct-assignment would read their partitions beside them. Stop them first, or run without --direct-assignment to share the partitions through the group",
+                self.group,
+                members.len(),
+                members.join(", ")
+            )));
+        }
+        let partitions: Vec<i32> =
+            (0..i32::try_from(self.partitions).unwrap_or(i32::MAX)).collect();
+        let mut list = rdkafka::TopicPartitionList::with_capacity(partitions.len());
+        for &p in &partitions {
+            list.add_partition_offset(&self.topic, p, rdkafka::Offset::Stored)
+                .map_err(|e| fail("assign", e))?;
+        }
+        self.consumer
+            .assign(&list)
+            .map_err(|e| fail("cannot assign the partitions", e))?;
+        lock(&self.assignment).assign(&partitions, Instant::now());
+        self.subscribed = true;
+        tracing::info!(
+            topic = %self.topic,
+            group = %self.group,
+            "reading all {} partitions by direct assignment (no group join); offsets are committed to the group",
+            partitions.len()
+        );
+        Ok(())
+    }
+
+    /// Stops fetching partitions read up to their bound.
+    fn pause_finished(&self) {
+        let done = lock(&self.assignment).to_pause();
+        if done.is_empty() {
+            return;
+        }
+        let mut list = rdkafka::TopicPartitionList::new();
+        for p in &done {
+            list.add_partition(&self.topic, *p);
+        }
+        if let Err(e) = self.consumer.pause(&list) {
+            tracing::debug!("kafka: pausing {done:?}: {e}");
+        }
+    }
+
     /// Joins the group at the first pull, not at open: `sluice check` opens the source
     /// too, and a member that joins and leaves would make the group's live workers
     /// rebalance.
@@ -127,7 +235,7 @@ impl KafkaSource {
                 .subscribe(&[&self.topic])
                 .map_err(|e| fail("cannot subscribe", e))?;
             self.subscribed = true;
-            *lock(&self.assignment) = Assignment::new(Instant::now());
+            lock(&self.assignment).restart(Instant::now());
             tracing::info!(topic = %self.topic, group = %self.group, "joining the consumer group");
         }
         Ok(())
@@ -137,6 +245,7 @@ impl KafkaSource {
     fn admit(&self, message: &BorrowedMessage<'_>) -> Option<Record> {
         let partition = message.partition();
         let offset = u64::try_from(message.offset()).ok()?;
+        self.take_bound(partition, Some(offset));
         if !lock(&self.assignment).admit(partition, offset) {
             return None;
         }
@@ -270,8 +379,18 @@ impl Source for KafkaSource {
                 }
             }
             match next {
-                Ok(message) => records.extend(self.admit(&message)),
+                Ok(message) => match self.admit(&message) {
+                    Some(record) => records.push(record),
+                    // Past the bound (or not ours): stop once no partition has more.
+                    None => {
+                        self.pause_finished();
+                        if lock(&self.assignment).all_at_end() {
+                            break;
+                        }
+                    }
+                },
                 Err(KafkaError::PartitionEOF(partition)) => {
+                    self.take_bound(partition, None);
                     lock(&self.assignment).reached_end(partition);
                 }
                 Err(e @ KafkaError::MessageConsumptionFatal(_)) => {
@@ -309,8 +428,13 @@ impl Source for KafkaSource {
                             self.lookahead = Some((record, epoch));
                             break;
                         }
+                        self.pause_finished();
+                        if lock(&self.assignment).all_at_end() {
+                            break;
+                        }
                     }
                     Err(KafkaError::PartitionEOF(partition)) => {
+                        self.take_bound(partition, None);
                         lock(&self.assignment).reached_end(partition);
                     }
                     Err(e @ KafkaError::MessageConsumptionFatal(_)) => {
@@ -364,6 +488,24 @@ impl Source for KafkaSource {
             }
             other => other,
         }
+    }
+
+    /// Σ (end offset now − settled offset) over the partitions held at the end. The end
+    /// is the larger of the broker's ListOffsets answer (current, but too low on some
+    /// brokers) and the last fetch's high watermark (right, but as of the last fetch).
+    async fn remaining(&mut self) -> Option<u64> {
+        let held = lock(&self.assignment).settled()?;
+        let mut total = 0;
+        for (partition, settled) in held {
+            let listed = self
+                .consumer
+                .fetch_watermarks(&self.topic, partition, Duration::from_secs(5))
+                .ok()
+                .and_then(|(_, high)| u64::try_from(high).ok());
+            let high = listed.max(self.cached_high_watermark(partition))?;
+            total += high.saturating_sub(settled?);
+        }
+        Some(total)
     }
 }
 
