@@ -144,20 +144,33 @@ fn run_worker(config: &std::path::Path, args: &[&str]) -> std::process::Child {
         .unwrap()
 }
 
-/// Waits for the child off the async threads.
+/// Waits for the child off the async threads: its exit, stdout, and stderr if it was not
+/// taken already.
 async fn exit_of(mut child: std::process::Child) -> (std::process::ExitStatus, String) {
     let mut stdout = child.stdout.take().unwrap();
-    tokio::time::timeout(
+    let stderr = child.stderr.take();
+    let (status, out, err) = tokio::time::timeout(
         LIMIT,
         tokio::task::spawn_blocking(move || {
+            let err = std::thread::spawn(move || {
+                let mut err = String::new();
+                if let Some(mut e) = stderr {
+                    std::io::Read::read_to_string(&mut e, &mut err).unwrap();
+                }
+                err
+            });
             let mut out = String::new();
             std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
-            (child.wait().unwrap(), out)
+            (child.wait().unwrap(), out, err.join().unwrap())
         }),
     )
     .await
     .expect("the run ended")
-    .unwrap()
+    .unwrap();
+    if !status.success() {
+        eprintln!("{err}");
+    }
+    (status, out)
 }
 
 fn json_summary(stdout: &str) -> serde_json::Value {
