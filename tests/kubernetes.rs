@@ -2,7 +2,8 @@
 //! (`kubernetes-validate`), the KEDA objects against the fields their CRDs require, the
 //! configurations in the ConfigMap loaded by sluice, the pods against those
 //! configurations (grace, probes, memory, lease pool), and a `checkov` scan of the
-//! manifests and the Dockerfile. `scripts/services.sh` installs both tools into ./.venv.
+//! manifests and the Dockerfile. `scripts/manifest-tools.sh` installs both tools into
+//! ./.venv.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ fn tool(name: &str) -> PathBuf {
     let path = Path::new(".venv/bin").join(name);
     assert!(
         path.exists(),
-        "{} is missing: scripts/services.sh installs it (tests/run.sh runs that first)",
+        "{} is missing: scripts/manifest-tools.sh installs it (tests/run.sh runs it)",
         path.display()
     );
     path

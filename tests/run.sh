@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 eval "$(scripts/services.sh)"
+# The manifest checks' tools install while clippy builds (~2 min of pip on a fresh clone).
+scripts/manifest-tools.sh &
+tools=$!
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
+wait "$tools"
 cargo test --no-fail-fast -- --test-threads="${SLUICE_TEST_THREADS:-2}"
