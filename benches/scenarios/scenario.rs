@@ -22,11 +22,11 @@ pub struct Setup {
 }
 
 impl Setup {
-    /// How long a run may take before it is stopped and reported unfinished: ten times
+    /// How long a run may take before it is stopped and reported unfinished: five times
     /// the drain at the capacity, at least a minute, plus the outage.
     pub fn time_limit(&self) -> Duration {
         let ideal = self.backlog as f64 / self.limit.records_per_second;
-        Duration::from_secs_f64((10.0 * ideal).max(60.0)) + self.outage.unwrap_or_default()
+        Duration::from_secs_f64((5.0 * ideal).max(60.0)) + self.outage.unwrap_or_default()
     }
 }
 
