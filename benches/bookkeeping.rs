@@ -110,7 +110,10 @@ impl Worker {
 
         let quantum = self.cadence.quantum();
         self.pressure.set_ceiling(self.target_rate.get());
-        self.cadence.set_rate(self.pressure.rate());
+        let plan = self
+            .pressure
+            .plan(self.cadence.tick(), MAX_BATCH as usize, None);
+        self.cadence.set_rate(plan.records_per_second);
         self.stats.rate_limit.set(self.cadence.rate());
         black_box(self.cadence.quantum() != quantum);
         self.stats.batches_in_flight.store(1, Relaxed);
@@ -123,7 +126,7 @@ impl Worker {
         metrics::histogram!(WRITE_SECONDS).record(rtt.as_secs_f64());
         self.stats.write_latency.record(rtt);
         metrics::counter!(REQUESTS, "outcome" => "written").increment(1);
-        self.pressure.written(granted);
+        self.pressure.written(granted, granted * 100);
         Stats::add(&self.stats.written, granted);
         Stats::add(&self.stats.duplicates, 0);
         granted

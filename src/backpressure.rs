@@ -1,12 +1,12 @@
 //! The sink's push-back, shared by one worker's pipeline and all its deliveries. It holds
-//! the throttle state (rate cut and recovery, whole-worker pause), the retry budget and the
-//! measured goodput, and turns their pure decisions into waits on tokio's clock:
+//! the throttle state (whole-worker pause, which signals are news), the sink's learned
+//! limit, and the retry budget, and turns their pure decisions into waits on tokio's clock:
 //!
 //! - every write waits while the worker is paused ([`Backpressure::clear_to_send`]);
 //! - a retry first waits for the budget to allow it ([`Backpressure::retry_permit`]);
 //! - records sent again are owed to the cadence, which pulls that many fewer fresh ones,
 //!   so that what reaches the sink per second stays within the rate, retries included;
-//! - the pipeline applies [`Backpressure::rate`] to its cadence once per tick.
+//! - the pipeline takes its rate and batch size from [`Backpressure::plan`] once per tick.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
@@ -16,16 +16,15 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
 
-use crate::config::{RateConfig, RecoveryKind, RetryConfig, ThrottleConfig};
+use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
-use crate::control::rate_meter::RateMeter;
-use crate::control::recovery::Recovery;
 use crate::control::retry_budget::RetryBudget;
+use crate::control::sink_limit::{BatchShape, LimitParams, Plan, SinkLimit, Unit};
 use crate::control::throttle::{Signal, Throttle, ThrottleParams};
 use crate::stats::Stats;
 
-/// The goodput a throttle cuts is measured over this window.
-const GOODPUT_WINDOW: Duration = Duration::from_secs(1);
+/// The mean record size follows new batches with this weight.
+const RECORD_BYTES_WEIGHT: f64 = 0.2;
 
 pub struct Backpressure {
     epoch: Instant,
@@ -40,51 +39,51 @@ pub struct Backpressure {
 
 struct State {
     throttle: Throttle,
+    limit: SinkLimit,
     budget: RetryBudget,
-    goodput: RateMeter,
     rng: StdRng,
     /// The configured rate (static, or the sum of leases), records per second.
     ceiling: f64,
+    /// Mean bytes per record written lately.
+    record_bytes: Option<f64>,
 }
 
 impl Backpressure {
-    /// One cut at most per `rate.tick`; the configured rate is the ceiling until
-    /// [`Backpressure::set_ceiling`] changes it.
+    /// At most one fresh throttle signal per `rate.tick`; the configured rate is the
+    /// ceiling until [`Backpressure::set_ceiling`] changes it.
     pub fn new(
         throttle: &ThrottleConfig,
         retry: &RetryConfig,
         rate: &RateConfig,
         stats: Arc<Stats>,
     ) -> Self {
-        let recovery = match throttle.recovery {
-            RecoveryKind::Cubic => Recovery::Cubic {
-                scale: throttle.cubic_scale,
-            },
-            RecoveryKind::Linear => Recovery::Linear {
-                step: throttle.linear_step,
-            },
-        };
         let outage = Backoff::new(retry.min_delay, throttle.max_pause, retry.factor);
         let params = ThrottleParams {
-            beta: throttle.beta,
-            recovery,
-            min_multiplier: throttle.min_multiplier,
             window: rate.tick,
             pause_jitter: throttle.pause_jitter,
             backoff: outage.clone(),
+        };
+        let limit = LimitParams {
+            hold: throttle.hold,
+            beta: throttle.beta,
+            min_multiplier: throttle.min_multiplier,
+            probe_every: throttle.probe_every,
+            probe_gain: throttle.probe_gain,
+            ..LimitParams::default()
         };
         Backpressure {
             epoch: Instant::now(),
             state: Mutex::new(State {
                 throttle: Throttle::new(params),
+                limit: SinkLimit::new(limit),
                 budget: RetryBudget::new(
                     retry.budget_ratio,
                     retry.budget_min_per_second,
                     retry.budget_window,
                 ),
-                goodput: RateMeter::new(GOODPUT_WINDOW),
                 rng: rand::make_rng(),
                 ceiling: rate.records_per_second,
+                record_bytes: None,
             }),
             owed: AtomicU64::new(0),
             outage,
@@ -158,16 +157,23 @@ impl Backpressure {
         paid
     }
 
-    /// A write was taken: `records` inserted or already there.
-    pub fn written(&self, records: u64) {
+    /// A write was taken: `records` inserted or already there, `bytes` of them.
+    pub fn written(&self, records: u64, bytes: u64) {
         let now = self.now();
         let mut state = self.lock();
-        state.goodput.record(now, records);
+        state.limit.on_written(now, records, bytes);
         state.throttle.on_success();
+        if records > 0 {
+            let size = bytes as f64 / records as f64;
+            state.record_bytes = Some(match state.record_bytes {
+                Some(mean) => mean + RECORD_BYTES_WEIGHT * (size - mean),
+                None => size,
+            });
+        }
     }
 
-    /// A write sent at `sent_at` was throttled.
-    pub fn throttled(&self, sent_at: Duration, retry_after: Option<Duration>) {
+    /// A write sent at `sent_at` was throttled; `unit` when the sink said what it counts.
+    pub fn throttled(&self, sent_at: Duration, retry_after: Option<Duration>, unit: Option<Unit>) {
         let now = self.now();
         let mut state = self.lock();
         let before = state.throttle.paused_until();
@@ -175,15 +181,21 @@ impl Backpressure {
             now,
             sent_at,
             retry_after,
-            ceiling: state.ceiling,
-            measured: state.goodput.rate(now),
         };
-        let State { throttle, rng, .. } = &mut *state;
+        let State {
+            throttle,
+            limit,
+            rng,
+            ..
+        } = &mut *state;
         let reaction = throttle.on_throttle(signal, rng);
-        let rate = throttle.rate(now, signal.ceiling);
-        state.goodput.idle(before.max(now), reaction.paused_until);
+        if reaction.outage {
+            limit.on_outage();
+        } else {
+            limit.on_throttle(now, sent_at, reaction.fresh, retry_after, unit);
+        }
         drop(state);
-        if reaction.cut {
+        if reaction.fresh {
             Stats::add(&self.stats.rate_cuts, 1);
         }
         if let Some(wait) = retry_after {
@@ -196,26 +208,52 @@ impl Backpressure {
             Stats::add(&self.stats.pauses, 1);
             let pause = reaction.paused_until - now;
             if pause >= Duration::from_secs(1) {
-                tracing::info!(?pause, rate = rate.round(), "sink throttled: worker paused");
+                tracing::info!(?pause, "sink throttled: worker paused");
             } else {
-                tracing::debug!(?pause, rate = rate.round(), "sink throttled: worker paused");
+                tracing::debug!(?pause, "sink throttled: worker paused");
             }
         }
     }
 
-    /// The rate allowed now, records per second; also published in the stats.
-    pub fn rate(&self) -> f64 {
+    /// The unit whose learned limit bounds the rate, if any.
+    pub fn binding(&self) -> Option<Unit> {
+        self.lock().limit.binding()
+    }
+
+    /// The sink could not be reached or did not answer: nothing about its capacity.
+    pub fn unavailable(&self) {
+        self.lock().limit.on_outage();
+    }
+
+    /// The rate and batch size for the next tick; also published in the stats.
+    pub fn plan(&self, tick: Duration, max_batch: usize, max_batch_bytes: Option<u64>) -> Plan {
         let now = self.now();
-        let state = self.lock();
-        let rate = state.throttle.rate(now, state.ceiling);
+        let mut state = self.lock();
+        let shape = BatchShape {
+            tick,
+            max_batch,
+            max_batch_bytes,
+            record_bytes: state.record_bytes,
+        };
+        let ceiling = state.ceiling;
+        let plan = state.limit.plan(now, ceiling, shape);
         // A worker holding no capacity (ceiling 0) is not throttled: its share stays whole.
-        let share = if state.ceiling > 0.0 {
-            rate / state.ceiling
+        let share = if ceiling > 0.0 {
+            plan.records_per_second / ceiling
         } else {
             1.0
         };
         self.stats.rate_multiplier.set(share);
-        rate
+        self.stats.batch_records.store(plan.batch as u64, Relaxed);
+        for unit in Unit::ALL {
+            self.stats
+                .sink_limit(unit)
+                .set(state.limit.limit(unit).unwrap_or(0.0));
+        }
+        self.stats
+            .sink_limit_binding
+            .store(state.limit.binding().map_or(0, |u| u as u64 + 1), Relaxed);
+        plan
     }
 
     /// The configured rate changed (a lease gained or lost).
@@ -228,10 +266,12 @@ impl Backpressure {
 mod tests {
     use super::*;
 
+    const TICK: Duration = Duration::from_millis(200);
+
     fn pressure() -> Backpressure {
         let rate = RateConfig {
             records_per_second: 1000.0,
-            tick: Duration::from_millis(200),
+            tick: TICK,
         };
         Backpressure::new(
             &ThrottleConfig::default(),
@@ -245,7 +285,9 @@ mod tests {
     async fn a_retry_after_pauses_every_write_of_the_worker() {
         let p = pressure();
         assert_eq!(p.clear_to_send().await, Duration::ZERO);
-        p.throttled(Duration::ZERO, Some(Duration::from_secs(2)));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        p.written(200, 20_000);
+        p.throttled(p.now(), Some(Duration::from_secs(2)), None);
         assert!(p.is_paused());
         let started = Instant::now();
         let sent_at = p.clear_to_send().await;
@@ -256,12 +298,40 @@ mod tests {
             "{waited:?}"
         );
         assert_eq!(sent_at, p.now());
-        // Cut to 0.7; recovery starts as the pause ends (the timer fires within a ms of it).
-        assert!((p.rate() - 700.0).abs() < 0.5, "{}", p.rate());
+        // 200 records in the first 0.5 s: the sink took 400 rec/s; held at 97% of that.
+        let plan = p.plan(TICK, 1000, None);
+        assert!((plan.records_per_second - 388.0).abs() < 1e-6, "{plan:?}");
+        assert_eq!(plan.batch, 78);
         assert_eq!(p.stats.rate_cuts.load(Relaxed), 1);
         assert_eq!(p.stats.pauses.load(Relaxed), 1);
         assert_eq!(p.stats.last_retry_after_ms.load(Relaxed), 2000);
-        assert!((p.stats.rate_multiplier.get() - 0.7).abs() < 1e-3);
+        assert!((p.stats.rate_multiplier.get() - 0.388).abs() < 1e-6);
+        assert_eq!(p.stats.sink_limit(Unit::Records).get(), 400.0);
+        assert_eq!(p.stats.sink_limit(Unit::Bytes).get(), 40_000.0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_named_request_limit_makes_batches_larger_at_the_same_rate() {
+        let p = pressure();
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_millis(100)).await;
+            p.written(100, 10_000);
+        }
+        p.throttled(p.now(), Some(Duration::ZERO), Some(Unit::Requests));
+        // Ten requests in a second: 9.7 requests/s held, 1,000 rec/s in batches of 104
+        // rather than one of 20 every 20 ms.
+        let fine = Duration::from_millis(20);
+        let plan = p.plan(fine, 1000, None);
+        assert_eq!(plan.records_per_second, 1000.0);
+        assert_eq!(plan.batch, 104);
+        assert_eq!(
+            p.stats.sink_limit_binding.load(Relaxed),
+            Unit::Requests as u64 + 1
+        );
+        // A byte cap on requests bounds the batch, and with it the rate.
+        let plan = p.plan(fine, 1000, Some(5_000));
+        assert_eq!(plan.batch, 50);
+        assert!((plan.records_per_second - 485.0).abs() < 1e-6, "{plan:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -278,16 +348,6 @@ mod tests {
         assert_eq!(p.settle_owed(40), 40);
         assert_eq!(p.settle_owed(40), 15);
         assert_eq!(p.settle_owed(40), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_throttle_cuts_what_the_sink_actually_took() {
-        let p = pressure();
-        tokio::time::advance(Duration::from_millis(500)).await;
-        p.written(200);
-        p.throttled(p.now(), Some(Duration::ZERO));
-        // 200 records in the first 0.5 s: 400 rec/s measured, cut to 280.
-        assert!((p.rate() - 280.0).abs() < 1e-6, "{}", p.rate());
     }
 
     #[tokio::test(start_paused = true)]

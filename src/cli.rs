@@ -423,6 +423,7 @@ async fn drain(
             until_empty: args.until_empty.is_some(),
             max_records: args.max_records,
             max_batch: config.sink.max_batch,
+            max_batch_bytes: config.sink.max_batch_bytes,
             max_in_flight: config.concurrency.max,
             grace: config.shutdown.grace,
             capacity_by_share: config

@@ -298,6 +298,9 @@ pub struct SinkConfig {
     /// Most records written in one statement/transaction.
     #[serde(default = "default_max_batch")]
     pub max_batch: usize,
+    /// Most bytes of records in one request (their JSON text and keys): a batch that would
+    /// carry more is split. A single larger record still goes alone.
+    pub max_batch_bytes: Option<u64>,
     /// http: how a batch is encoded in the request body.
     #[serde(default)]
     pub format: HttpFormat,
@@ -605,28 +608,23 @@ pub struct DeadLetterConfig {
     pub path: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum RecoveryKind {
-    /// CUBIC with the AWS SDK adaptive-retry constants.
-    #[default]
-    Cubic,
-    Linear,
-}
-
-/// How the worker slows down when the sink throttles it, and how it speeds up again.
+/// How the worker learns what the sink takes and holds under it (see `control::sink_limit`),
+/// and how it pauses when the sink says so.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ThrottleConfig {
-    /// The rate is multiplied by this on a throttle signal, at most once per tick.
+    /// The share of a learned limit the worker holds.
+    pub hold: f64,
+    /// After an outage the worker resumes at this share of its rate (and climbs back
+    /// within a second); a throttle with nothing measured cuts the rate to this share.
     pub beta: f64,
-    pub recovery: RecoveryKind,
-    /// CUBIC's C: how fast the rate returns (rates in records per second, time in seconds).
-    pub cubic_scale: f64,
-    /// Linear: share of the configured rate regained per second.
-    pub linear_step: f64,
     /// The rate never drops below this share of the configured rate.
     pub min_multiplier: f64,
+    /// Quiet time between probes above a learned limit.
+    #[serde(with = "humantime_serde")]
+    pub probe_every: Duration,
+    /// A probe sends this multiple of the learned limit, for one second.
+    pub probe_gain: f64,
     /// A Retry-After pause is stretched by a random share of itself, up to this.
     pub pause_jitter: f64,
     /// The longest pause on a throttle that does not say how long (503 without
@@ -638,13 +636,13 @@ pub struct ThrottleConfig {
 impl Default for ThrottleConfig {
     fn default() -> Self {
         ThrottleConfig {
+            hold: 0.97,
             beta: 0.7,
-            recovery: RecoveryKind::Cubic,
-            cubic_scale: 0.4,
-            linear_step: 0.05,
             min_multiplier: 0.05,
+            probe_every: Duration::from_secs(10),
+            probe_gain: 1.05,
             pause_jitter: 0.2,
-            max_pause: Duration::from_secs(5),
+            max_pause: Duration::from_secs(1),
         }
     }
 }
@@ -951,6 +949,12 @@ impl Config {
                 format!("{key:?} is not a JSON pointer (it must start with '/', e.g. \"/id\")"),
             ));
         }
+        if self.sink.max_batch_bytes == Some(0) {
+            return Err(ConfigError::invalid(
+                "sink.max_batch_bytes",
+                "must be positive",
+            ));
+        }
         if self.sink.max_batch == 0 {
             return Err(ConfigError::invalid("sink.max_batch", "must be positive"));
         }
@@ -1125,15 +1129,21 @@ impl Config {
                 format!("must be in (0, 1], got {}", t.min_multiplier),
             ));
         }
-        if !(t.cubic_scale.is_finite() && t.cubic_scale > 0.0) {
+        if !(t.hold.is_finite() && t.hold > 0.0 && t.hold <= 1.0) {
             return Err(ConfigError::invalid(
-                "throttle.cubic_scale",
-                "must be positive",
+                "throttle.hold",
+                format!("must be in (0, 1], got {}", t.hold),
             ));
         }
-        if !(t.linear_step.is_finite() && t.linear_step > 0.0) {
+        if !(t.probe_gain.is_finite() && t.probe_gain >= 1.0) {
             return Err(ConfigError::invalid(
-                "throttle.linear_step",
+                "throttle.probe_gain",
+                format!("must be at least 1, got {}", t.probe_gain),
+            ));
+        }
+        if t.probe_every.is_zero() {
+            return Err(ConfigError::invalid(
+                "throttle.probe_every",
                 "must be positive",
             ));
         }
@@ -1288,13 +1298,13 @@ mod tests {
     fn http_sink_loads_with_its_keys() {
         let cfg = http_error_of(
             "format = \"ndjson\"\ntimeout = \"2s\"\n[sink.headers]\nX-Api = \"a$$b\"\n[sink.dead_letters]\npath = \"dead.ndjson\"",
-            "[throttle]\nrecovery = \"linear\"",
+            "[throttle]\nhold = 0.9",
         )
         .unwrap();
         assert_eq!(cfg.sink.format, HttpFormat::Ndjson);
         assert_eq!(cfg.sink.timeout, Duration::from_secs(2));
         assert_eq!(cfg.sink.headers["X-Api"], "a$$b");
-        assert_eq!(cfg.throttle.recovery, RecoveryKind::Linear);
+        assert_eq!(cfg.throttle.hold, 0.9);
         assert_eq!(cfg.throttle.beta, 0.7, "unset keys keep their defaults");
         assert_eq!(cfg.retry.budget_ratio, 0.2);
     }
@@ -1334,10 +1344,16 @@ mod tests {
         assert!(e.contains("throttle.max_pause"), "{e}");
         let e = http_error_of(
             "[sink.dead_letters]\npath = \"d.ndjson\"",
-            "[throttle]\nrecovery = \"exponential\"",
+            "[throttle]\nrecovery = \"linear\"",
         )
         .unwrap_err();
         assert!(e.contains("recovery"), "{e}");
+        let e = http_error_of(
+            "[sink.dead_letters]\npath = \"d.ndjson\"",
+            "[throttle]\nprobe_gain = 0.5",
+        )
+        .unwrap_err();
+        assert!(e.contains("throttle.probe_gain"), "{e}");
     }
 
     #[test]
@@ -1369,7 +1385,7 @@ mod tests {
         };
         let cfg = Config::load(&path, &over).unwrap();
         assert_eq!(cfg.sink.kind, SinkKind::Http);
-        assert_eq!(cfg.throttle.recovery, RecoveryKind::Cubic);
+        assert_eq!(cfg.throttle.hold, 0.97);
         assert!(cfg.sink.headers.is_empty());
     }
 

@@ -14,6 +14,7 @@ use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
 use crate::control::limit::fixed::FixedLimit;
 use crate::control::limit::gate::LimitGate;
+use crate::control::sink_limit::Unit;
 use crate::control::unexplained::UnexplainedFailures;
 use crate::record::{DeadLetter, Position, Row};
 use crate::shutdown::Shutdown;
@@ -199,12 +200,14 @@ impl Delivery {
                 } => {
                     outage = 0;
                     unexplained.written();
-                    self.pressure.written(inserted + duplicates);
+                    self.pressure
+                        .written(inserted + duplicates, row_bytes(&piece.rows));
                     Stats::add(&self.stats.written, inserted);
                     Stats::add(&self.stats.duplicates, duplicates);
                 }
                 WriteOutcome::Throttled {
                     retry_after,
+                    unit,
                     reason,
                 } => {
                     Stats::add(&self.stats.throttled, 1);
@@ -217,8 +220,13 @@ impl Delivery {
                         "sink throttled: {reason}"
                     );
                     // The worker-wide pause this sets is waited out before the next write.
-                    self.pressure.throttled(sent_at, retry_after);
-                    if piece.throttles >= THROTTLES_BEFORE_SPLIT && piece.rows.len() > 1 {
+                    self.pressure.throttled(sent_at, retry_after, unit);
+                    // Smaller requests help a sink that counts records or bytes (a batch
+                    // beyond its burst never fits), not one that counts requests.
+                    if piece.throttles >= THROTTLES_BEFORE_SPLIT
+                        && piece.rows.len() > 1
+                        && self.pressure.binding() != Some(Unit::Requests)
+                    {
                         todo.extend(split(piece));
                     } else {
                         todo.push(piece);
@@ -226,6 +234,7 @@ impl Delivery {
                 }
                 WriteOutcome::Unavailable(reason) => {
                     outage += 1;
+                    self.pressure.unavailable();
                     Stats::add(&self.stats.retries, 1);
                     let wait = self.pressure.outage_wait(outage);
                     tracing::warn!(?wait, "sink unavailable, retrying: {reason}");
@@ -408,6 +417,14 @@ fn split(piece: Piece) -> [Piece; 2] {
     ]
 }
 
+/// What a request carries of its rows, as the sink's byte limit counts it (near enough:
+/// the body adds an envelope per row).
+pub fn row_bytes(rows: &[Row]) -> u64 {
+    rows.iter()
+        .map(|r| (r.key.len() + r.payload.len()) as u64)
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,6 +460,7 @@ mod tests {
             if self.burst.is_some_and(|b| rows.len() > b) {
                 return WriteOutcome::Throttled {
                     retry_after: Some(std::time::Duration::from_millis(50)),
+                    unit: None,
                     reason: "burst".into(),
                 };
             }
@@ -451,6 +469,7 @@ mod tests {
                 *t -= 1;
                 return WriteOutcome::Throttled {
                     retry_after: self.throttle_wait,
+                    unit: None,
                     reason: "429".into(),
                 };
             }

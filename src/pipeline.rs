@@ -6,7 +6,10 @@
 //!
 //! The sink's push-back steers the loop: while the worker is paused nothing is pulled;
 //! records sent again are deducted from the next ticks' allowance; and after each tick's
-//! take the cadence is set to the rate the throttle state allows.
+//! take the cadence and the batch size are set to what the sink's learned limit allows.
+//! When the sink counts requests, a batch is larger than a tick's grant: grants are
+//! banked over ticks until a batch's worth is there, so the record rate stays and the
+//! request rate falls.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -22,7 +25,7 @@ use crate::control::cadence::Cadence;
 use crate::control::limit::gate::LimitGate;
 use crate::control::target_rate::TargetRate;
 use crate::decode::Decoder;
-use crate::delivery::{Batch, Delivery, FatalSinkError};
+use crate::delivery::{Batch, Delivery, FatalSinkError, row_bytes};
 use crate::record::Position;
 use crate::shutdown::Shutdown;
 use crate::sink::Sink;
@@ -38,6 +41,8 @@ pub struct RunOptions {
     pub max_records: Option<u64>,
     /// Most records per batch (one sink write).
     pub max_batch: usize,
+    /// Most bytes of records per batch; a larger batch is split.
+    pub max_batch_bytes: Option<u64>,
     /// Most batches in flight.
     pub max_in_flight: usize,
     /// How long batches in flight may take to finish after shutdown is requested.
@@ -75,6 +80,8 @@ pub struct Pipeline {
     gate: Arc<LimitGate>,
     stats: Arc<Stats>,
     options: RunOptions,
+    /// Records per batch: a tick's grant, or more when the sink counts requests.
+    batch: usize,
 }
 
 type InFlight = FuturesUnordered<JoinHandle<Result<Vec<Position>, FatalSinkError>>>;
@@ -92,7 +99,9 @@ impl Pipeline {
         let pressure = delivery.backpressure();
         let gate = delivery.gate();
         pressure.set_ceiling(cadence.rate());
+        let batch = cadence.quantum().max(1) as usize;
         Pipeline {
+            batch,
             source,
             sink,
             decoder,
@@ -127,6 +136,8 @@ impl Pipeline {
         ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
         let mut in_flight: InFlight = FuturesUnordered::new();
         let mut allowance: u64 = 0;
+        // Granted by the cadence, not yet pulled: up to a batch.
+        let mut banked: u64 = 0;
         let mut caught_up = false;
         let mut stop_deadline: Option<Instant> = None;
         let mut failure: Option<PipelineError> = None;
@@ -144,7 +155,7 @@ impl Pipeline {
         loop {
             let stopping = stop_deadline.is_some() || failure.is_some();
             while !stopping
-                && allowance > 0
+                && (allowance > 0 || banked > 0)
                 && in_flight.len() < self.max_in_flight()
                 && !self.pressure.is_paused()
             {
@@ -155,15 +166,26 @@ impl Pipeline {
                 if remaining == 0 {
                     break;
                 }
-                let want = allowance.min(self.options.max_batch as u64).min(remaining) as u32;
-                let granted = self.cadence.take(want);
-                if granted == 0 {
-                    allowance = 0;
+                if allowance > 0 {
+                    let granted = self.cadence.take(allowance.min(u64::from(u32::MAX)) as u32);
+                    allowance = if granted == 0 {
+                        0
+                    } else {
+                        allowance - u64::from(granted)
+                    };
+                    banked += u64::from(granted);
+                }
+                // A batch's worth, or what is left to pull: until then the grants wait.
+                let target = (self.batch as u64)
+                    .min(self.options.max_batch as u64)
+                    .min(remaining);
+                if banked == 0 || banked < target {
                     break;
                 }
-                allowance -= u64::from(granted);
+                let want = banked.min(self.options.max_batch as u64).min(remaining);
+                banked -= want;
                 watch_due = false;
-                let pulled = match self.source.pull(granted as usize).await {
+                let pulled = match self.source.pull(want as usize).await {
                     Ok(p) => p,
                     Err(e) => {
                         failure = Some(e.into());
@@ -177,17 +199,20 @@ impl Pipeline {
                 if n > 0 {
                     pulled_total += n;
                     Stats::add(&self.stats.pulled, n);
-                    in_flight.push(self.dispatch(pulled.records, shutdown.clone()));
+                    for task in self.dispatch(pulled.records, shutdown.clone()) {
+                        in_flight.push(task);
+                    }
                 }
-                if caught_up || n < u64::from(granted) {
+                if caught_up || n < want {
                     allowance = 0;
+                    banked = 0;
                 }
             }
             if std::mem::take(&mut rate_due) {
                 // Right after the tick's take: the new rate governs from the next tick,
                 // which gets exactly one new quantum. The ceiling is the static or leased
                 // rate; throttling scales it down.
-                let quantum = self.cadence.quantum();
+                let (quantum, before) = (self.cadence.quantum(), self.batch);
                 if let Some((capacity, reserved)) = self.options.capacity_by_share
                     && let Some(share) = self.source.capacity_share()
                 {
@@ -200,9 +225,17 @@ impl Pipeline {
                 let target = self.target_rate.get();
                 self.pressure
                     .set_ceiling(self.options.rate_ceiling.map_or(target, |c| target.min(c)));
-                self.cadence.set_rate(self.pressure.rate());
+                let plan = self.pressure.plan(
+                    self.cadence.tick(),
+                    self.options.max_batch,
+                    self.options.max_batch_bytes,
+                );
+                self.cadence.set_rate(plan.records_per_second);
+                self.batch = plan.batch.max(1);
+                // Unused grants never add up to more than a batch (or a tick's worth).
+                banked = banked.min(self.batch.max(self.cadence.quantum() as usize) as u64);
                 self.stats.rate_limit.set(self.cadence.rate());
-                if self.cadence.quantum() != quantum
+                if (self.cadence.quantum() != quantum || self.batch != before)
                     && let Err(e) = self.source.set_prefetch(self.prefetch()).await
                 {
                     failure.get_or_insert(e.into());
@@ -316,29 +349,53 @@ impl Pipeline {
 
     /// Records the pipeline may hold at once: a batch per slot plus the one being pulled.
     fn prefetch(&self) -> usize {
-        let batch = (self.cadence.quantum() as usize).clamp(1, self.options.max_batch);
+        let batch = (self.cadence.quantum() as usize)
+            .max(self.batch)
+            .clamp(1, self.options.max_batch);
         batch * (self.options.max_in_flight + 1)
     }
 
-    /// Decodes records and starts their delivery.
+    /// Decodes records and starts their delivery: one batch, or several when their bytes
+    /// exceed `sink.max_batch_bytes` (a single larger record goes alone).
     /// Once `stop` fires, a batch only waiting to be retried is given up unacknowledged.
     fn dispatch(
         &self,
         records: Vec<crate::record::Record>,
         stop: Shutdown,
-    ) -> JoinHandle<Result<Vec<Position>, FatalSinkError>> {
-        let mut batch = Batch {
-            positions: records.iter().map(|r| r.position).collect(),
-            ..Default::default()
-        };
+    ) -> Vec<JoinHandle<Result<Vec<Position>, FatalSinkError>>> {
+        let max_bytes = self.options.max_batch_bytes.unwrap_or(u64::MAX);
+        let mut batches = vec![Batch::default()];
+        let mut bytes = 0u64;
         for record in records {
+            let position = record.position;
             match self.decoder.decode(record) {
-                Ok(row) => batch.rows.push(row),
-                Err(letter) => batch.dead.push(letter),
+                Ok(row) => {
+                    let size = row_bytes(std::slice::from_ref(&row));
+                    let batch = batches.last_mut().expect("never empty");
+                    if !batch.rows.is_empty() && bytes + size > max_bytes {
+                        batches.push(Batch::default());
+                        bytes = 0;
+                    }
+                    bytes += size;
+                    let batch = batches.last_mut().expect("never empty");
+                    batch.positions.push(position);
+                    batch.rows.push(row);
+                }
+                Err(letter) => {
+                    let batch = batches.last_mut().expect("never empty");
+                    batch.positions.push(position);
+                    batch.dead.push(letter);
+                }
             }
         }
-        let delivery = self.delivery.clone();
-        tokio::spawn(async move { delivery.deliver_until(batch, stop).await })
+        batches
+            .into_iter()
+            .map(|batch| {
+                let delivery = self.delivery.clone();
+                let stop = stop.clone();
+                tokio::spawn(async move { delivery.deliver_until(batch, stop).await })
+            })
+            .collect()
     }
 
     async fn report_backlog(&mut self) {

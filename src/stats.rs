@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::control::sink_limit::Unit;
 use crate::source::Backlog;
 
 #[derive(Debug, Default)]
@@ -34,8 +35,14 @@ pub struct Stats {
     pub rate_limit: AtomicF64,
     pub concurrency_limit: AtomicU64,
     pub leases_held: AtomicU64,
-    /// Throttle signals that cut the rate (at most one per tick; echoes do not count).
+    /// Fresh throttle signals (at most one per tick; echoes do not count).
     pub rate_cuts: AtomicU64,
+    /// What the sink takes per second as learned, per unit; 0 while unknown.
+    pub sink_limits: SinkLimits,
+    /// The unit bounding the rate: 0 none, else 1 + its index in [`Unit::ALL`].
+    pub sink_limit_binding: AtomicU64,
+    /// Records per request in the current plan.
+    pub batch_records: AtomicU64,
     /// The share of the configured rate in force (1.0 until throttling changes it).
     pub rate_multiplier: AtomicF64,
     /// Throttles that said how long to wait, and the last such wait in milliseconds.
@@ -99,6 +106,20 @@ impl LatencyHistogram {
     }
 }
 
+/// One learned limit per unit, 0 while unknown.
+#[derive(Debug)]
+pub struct SinkLimits([AtomicF64; 3]);
+
+impl Default for SinkLimits {
+    fn default() -> Self {
+        SinkLimits([
+            AtomicF64::new(0.0),
+            AtomicF64::new(0.0),
+            AtomicF64::new(0.0),
+        ])
+    }
+}
+
 /// An `f64` shared without a lock, kept as its bits; starts at 1.0 (a full share).
 #[derive(Debug)]
 pub struct AtomicF64(AtomicU64);
@@ -126,6 +147,16 @@ impl AtomicF64 {
 impl Stats {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
+    }
+
+    pub fn sink_limit(&self, unit: Unit) -> &AtomicF64 {
+        &self.sink_limits.0[unit as usize]
+    }
+
+    /// The unit bounding the rate now, if any.
+    pub fn binding_unit(&self) -> Option<Unit> {
+        let i = self.sink_limit_binding.load(Relaxed) as usize;
+        i.checked_sub(1).and_then(|i| Unit::ALL.get(i).copied())
     }
 
     pub fn set_backlog(&self, backlog: Backlog) {

@@ -224,10 +224,11 @@ async fn an_outage_costs_a_bounded_number_of_requests_then_everything_lands() {
 
     // Each batch in flight sends at most one request per round; a fixed 100 ms retry
     // interval would have sent 4 × 100 = 400.
+    // The backoff stops at throttle.max_pause (1 s by default).
     let rounds = rounds_within(
         outage,
         Duration::from_millis(100),
-        Duration::from_secs(5),
+        Duration::from_secs(1),
         2.0,
     );
     let bound = u64::from(rounds) * in_flight;

@@ -126,6 +126,7 @@ fn pipeline(
             until_empty: true,
             max_records: None,
             max_batch,
+            max_batch_bytes: None,
             max_in_flight,
             grace: Duration::from_secs(30),
             capacity_by_share: None,
@@ -230,6 +231,7 @@ impl Sink for ThrottlingSink {
         self.writes.fetch_add(1, Ordering::SeqCst);
         WriteOutcome::Throttled {
             retry_after: Some(Duration::from_secs(30)),
+            unit: None,
             reason: "HTTP 429".into(),
         }
     }
@@ -263,6 +265,7 @@ async fn shutdown_during_a_retry_after_pause_stops_at_once_and_acknowledges_noth
             until_empty: true,
             max_records: None,
             max_batch: 1000,
+            max_batch_bytes: None,
             max_in_flight: 4,
             grace: Duration::from_secs(30),
             capacity_by_share: None,
@@ -351,6 +354,7 @@ async fn a_worker_granted_nothing_still_watches_its_source() {
             until_empty: true,
             max_records: None,
             max_batch: 1000,
+            max_batch_bytes: None,
             max_in_flight: 4,
             grace: Duration::from_secs(30),
             capacity_by_share: None,

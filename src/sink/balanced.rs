@@ -113,6 +113,7 @@ impl BalancedSink {
         };
         WriteOutcome::Throttled {
             retry_after,
+            unit: None,
             reason: "every endpoint is throttled or down".into(),
         }
     }
@@ -237,6 +238,7 @@ mod tests {
                 },
                 Answer::Throttle(retry_after) => WriteOutcome::Throttled {
                     retry_after,
+                    unit: None,
                     reason: "HTTP 503".into(),
                 },
                 Answer::Refuse => WriteOutcome::Unavailable("connection refused".into()),
@@ -306,6 +308,7 @@ mod tests {
             s.write(&rows()).await,
             WriteOutcome::Throttled {
                 retry_after: None,
+                unit: None,
                 reason: "every endpoint is throttled or down".into()
             }
         );
@@ -319,6 +322,7 @@ mod tests {
             s.write(&rows()).await,
             WriteOutcome::Throttled {
                 retry_after: Some(Duration::from_secs(2)),
+                unit: None,
                 reason: "every endpoint is throttled or down".into()
             }
         );

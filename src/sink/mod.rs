@@ -17,6 +17,7 @@ use async_trait::async_trait;
 
 use crate::config::{Config, SinkKind};
 use crate::control::backoff::Backoff;
+use crate::control::sink_limit::Unit;
 use crate::record::{DeadLetter, Row};
 use crate::shutdown::Shutdown;
 
@@ -28,6 +29,8 @@ pub enum WriteOutcome {
     /// The sink asked us to slow down (HTTP 429/503, a throttling SQLSTATE).
     Throttled {
         retry_after: Option<Duration>,
+        /// What the sink counts, when its answer says (`RateLimit-Policy`'s `qu`).
+        unit: Option<Unit>,
         reason: String,
     },
     /// The sink cannot be reached or cannot write at all right now (connection refused,

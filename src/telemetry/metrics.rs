@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use crate::control::sink_limit::Unit as SinkUnit;
 use crate::stats::Stats;
 
 pub const WRITE_SECONDS: &str = "sluice_sink_write_duration_seconds";
@@ -72,6 +73,18 @@ fn describe() {
         "sluice_rate_limit_records_per_second",
         "The cadence's current rate."
     );
+    describe_gauge!(
+        "sluice_sink_limit",
+        "What the sink takes per second as learned from its push-back, per unit (records, requests, bytes)."
+    );
+    describe_gauge!(
+        "sluice_sink_limit_binding",
+        "1 for the unit whose learned limit bounds the rate now."
+    );
+    describe_gauge!(
+        "sluice_batch_records",
+        "Records per request in the current plan."
+    );
     describe_gauge!("sluice_concurrency_limit", "Batches allowed in flight.");
     describe_gauge!("sluice_batches_in_flight", "Batches being written now.");
     describe_gauge!("sluice_leases_held", "Capacity leases this worker holds.");
@@ -95,6 +108,19 @@ pub fn render(stats: &Stats) -> String {
     counter!("sluice_throttle_events_total").absolute(stats.throttled.load(Relaxed));
     counter!("sluice_retries_total").absolute(stats.retries.load(Relaxed));
     gauge!("sluice_rate_limit_records_per_second").set(stats.rate_limit.get());
+    let binding = stats.binding_unit();
+    for unit in SinkUnit::ALL {
+        let limit = stats.sink_limit(unit).get();
+        if limit > 0.0 {
+            gauge!("sluice_sink_limit", "unit" => unit.name()).set(limit);
+        }
+        gauge!("sluice_sink_limit_binding", "unit" => unit.name()).set(if binding == Some(unit) {
+            1.0
+        } else {
+            0.0
+        });
+    }
+    gauge!("sluice_batch_records").set(stats.batch_records.load(Relaxed) as f64);
     gauge!("sluice_concurrency_limit").set(stats.concurrency_limit.load(Relaxed) as f64);
     gauge!("sluice_batches_in_flight").set(stats.batches_in_flight.load(Relaxed) as f64);
     gauge!("sluice_leases_held").set(stats.leases_held.load(Relaxed) as f64);

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 
-use crate::control::retry_after;
+use crate::control::{quota_unit, retry_after};
 use crate::sink::WriteOutcome;
 
 /// Most of a response body quoted in a reason.
@@ -35,6 +35,7 @@ pub fn classify(
         300..=399 => WriteOutcome::Fatal(redirected(status, headers)),
         429 | 503 => WriteOutcome::Throttled {
             retry_after: retry_after::from_headers(headers, now, max_delay),
+            unit: quota_unit::from_headers(headers),
             reason: reason(),
         },
         408 | 500 | 502 | 504..=599 => WriteOutcome::Transient(reason()),
@@ -136,6 +137,7 @@ mod tests {
             outcome(429, &[("retry-after", "3")], "slow down"),
             WriteOutcome::Throttled {
                 retry_after: Some(Duration::from_secs(3)),
+                unit: None,
                 reason: "HTTP 429 Too Many Requests: slow down".into()
             }
         );

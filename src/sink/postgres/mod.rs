@@ -229,6 +229,7 @@ fn judge(err: &sqlx::Error, phase: Phase, throttle_sqlstates: &[String]) -> Writ
             match classify(&code, phase, throttle_sqlstates) {
                 ErrorClass::Throttle => WriteOutcome::Throttled {
                     retry_after: None,
+                    unit: None,
                     reason,
                 },
                 ErrorClass::Unavailable => WriteOutcome::Unavailable(reason),

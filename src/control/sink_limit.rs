@@ -1,0 +1,593 @@
+//! What the sink takes per second, learned in the unit the sink counts — records, requests
+//! or body bytes — and the rate and batch size that hold just under it.
+//!
+//! A 429 does not say which unit ran out. A `RateLimit-Policy` header's `qu` does, when the
+//! sink sends one; otherwise the worker assumes records (volume: records and bytes move
+//! together) and learns what the sink delivered when it pushed back. If the sink throttles
+//! again soon although the worker already sends no more records than it delivered, volume
+//! cannot be the unit: the worker runs an experiment — the same record rate in fewer, larger
+//! requests — and if the throttles stop, requests are the unit, otherwise volume was.
+//!
+//! Once learned, the worker holds `hold` × the limit, probes `probe_gain` × for
+//! `probe_for` every `probe_every` of quiet (raising the estimate when the sink takes it),
+//! and keeps the estimates across an outage, which says nothing about capacity: it resumes
+//! at `beta` × and climbs exponentially back within `resume_within`.
+//!
+//! Pure: the time comes in as an argument (time since the worker started).
+
+use std::time::Duration;
+
+use super::taken::{Pushback, Taken};
+
+/// What a sink counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Records,
+    Requests,
+    Bytes,
+}
+
+impl Unit {
+    pub const ALL: [Unit; 3] = [Unit::Records, Unit::Requests, Unit::Bytes];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Records => "records",
+            Unit::Requests => "requests",
+            Unit::Bytes => "bytes",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One amount per unit.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PerUnit<T>(pub [T; 3]);
+
+impl<T: Copy> PerUnit<T> {
+    pub fn get(&self, unit: Unit) -> T {
+        self.0[unit.index()]
+    }
+
+    pub fn set(&mut self, unit: Unit, value: T) {
+        self.0[unit.index()] = value;
+    }
+}
+
+/// Per-second rates the sink took lately, each `None` when too little was measured.
+type Delivered = PerUnit<Option<f64>>;
+
+/// An experiment starts only while the worker sends this much more than the sink takes.
+const EXPERIMENT_OVER: f64 = 1.1;
+/// An experiment sends at least this multiple of the records the sink took: the sink
+/// taking them in fewer requests shows that records were not what it counted.
+const EXPERIMENT_RECORDS: f64 = 1.25;
+/// An experiment's requests per second, as a share of what the sink took: room for a
+/// sink whose reserve is empty to refill.
+const EXPERIMENT_REQUEST_SHARE: f64 = 0.9;
+/// Throttles of settled writes that end an experiment: volume is the unit.
+const EXPERIMENT_FAILS_AFTER: u32 = 2;
+/// An experiment runs long enough for this many requests, up to the longest.
+const EXPERIMENT_REQUESTS: f64 = 8.0;
+const EXPERIMENT_LONGEST: Duration = Duration::from_secs(10);
+/// An isolated throttle while holding lowers the limit by this factor.
+const ISOLATED_CUT: f64 = 0.95;
+
+#[derive(Debug, Clone)]
+pub struct LimitParams {
+    /// The share of a learned limit the worker holds.
+    pub hold: f64,
+    /// A resumed worker starts at this share of where it was; a cut with nothing
+    /// measured takes the rate to this share.
+    pub beta: f64,
+    /// The record rate never drops below this share of the configured rate.
+    pub min_multiplier: f64,
+    /// Quiet time between probes above the limit.
+    pub probe_every: Duration,
+    pub probe_for: Duration,
+    /// A probe sends this multiple of the learned limit.
+    pub probe_gain: f64,
+    /// After an outage, the rate is back where it was this long after the first success.
+    pub resume_within: Duration,
+    /// A second throttle this soon after one that taught a volume limit, at a record rate
+    /// within that limit, contradicts volume.
+    pub contradiction_within: Duration,
+    /// How long an experiment runs at least.
+    pub experiment_for: Duration,
+}
+
+impl Default for LimitParams {
+    fn default() -> Self {
+        LimitParams {
+            hold: 0.97,
+            beta: 0.7,
+            min_multiplier: 0.05,
+            probe_every: Duration::from_secs(10),
+            probe_for: Duration::from_secs(1),
+            probe_gain: 1.05,
+            resume_within: Duration::from_secs(1),
+            contradiction_within: Duration::from_secs(3),
+            experiment_for: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What bounds the size of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchShape {
+    pub tick: Duration,
+    /// `sink.max_batch`: most records per request.
+    pub max_batch: usize,
+    /// `sink.max_batch_bytes`: most body bytes per request.
+    pub max_batch_bytes: Option<u64>,
+    /// Mean bytes per record lately, when known.
+    pub record_bytes: Option<f64>,
+}
+
+/// The rate to run at and the records per request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    pub records_per_second: f64,
+    /// Records per request: a tick's worth, or more when requests are the binding unit.
+    pub batch: usize,
+}
+
+impl Plan {
+    pub fn requests_per_second(&self) -> f64 {
+        self.records_per_second / self.batch.max(1) as f64
+    }
+}
+
+/// Which estimate governs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Binding {
+    /// Records and bytes, learned together (a sink counting either takes the same share).
+    Volume,
+    /// Only the hinted one of records or bytes.
+    Only(Unit),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Nothing learned yet: the configured rate.
+    Free,
+    Hold {
+        /// When the last probe ended, a limit was learned, or the worker resumed.
+        quiet_since: Duration,
+    },
+    Probe {
+        until: Duration,
+    },
+    Experiment {
+        /// Writes sent from here on count: the first requests after a throttle meet a sink
+        /// with nothing in reserve.
+        settled: Duration,
+        until: Duration,
+        records_per_second: f64,
+        requests_per_second: f64,
+        throttled: u32,
+        /// Records per second the sink took when the experiment began.
+        took: f64,
+        /// When it began, and what was taken until then.
+        started: (Duration, PerUnit<f64>),
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct SinkLimit {
+    params: LimitParams,
+    /// The learned limits, per second.
+    limits: PerUnit<Option<f64>>,
+    binding: Option<Binding>,
+    phase: Phase,
+    /// When the last volume limit was learned from a sampled throttle, the record rate it
+    /// allows, and what had been taken by then.
+    volume_learned: Option<(Duration, f64, PerUnit<f64>)>,
+    /// No experiment before this (one that failed recently).
+    experiment_after: Duration,
+    /// A limit learned from a throttle without Retry-After waits for a success: if an
+    /// outage follows instead, it was the outage talking.
+    pending: Option<Pending>,
+    /// The sink failed to answer since the last success.
+    in_outage: bool,
+    /// When the worker resumed after an outage.
+    resumed_at: Option<Duration>,
+    last_plan: Plan,
+    /// Mean bytes per record as the last plan saw it.
+    record_bytes: Option<f64>,
+    taken: Taken,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    now: Duration,
+    sent_at: Duration,
+    hint: Option<Unit>,
+    delivered: Delivered,
+    /// How `delivered` was measured.
+    kind: Pushback,
+    /// The push-back answered a probe above the limit.
+    probing: bool,
+}
+
+impl SinkLimit {
+    pub fn new(params: LimitParams) -> Self {
+        SinkLimit {
+            params,
+            limits: PerUnit::default(),
+            binding: None,
+            phase: Phase::Free,
+            volume_learned: None,
+            experiment_after: Duration::ZERO,
+            pending: None,
+            in_outage: false,
+            resumed_at: None,
+            last_plan: Plan {
+                records_per_second: 0.0,
+                batch: 1,
+            },
+            record_bytes: None,
+            taken: Taken::default(),
+        }
+    }
+
+    /// The learned limit in `unit`, per second.
+    pub fn limit(&self, unit: Unit) -> Option<f64> {
+        self.limits.get(unit)
+    }
+
+    /// The unit whose limit bounds the rate now, if any.
+    pub fn binding(&self) -> Option<Unit> {
+        match self.binding? {
+            Binding::Only(unit) => Some(unit),
+            Binding::Volume => Some(Unit::Records),
+        }
+    }
+
+    pub fn is_experimenting(&self) -> bool {
+        matches!(self.phase, Phase::Experiment { .. })
+    }
+
+    /// The rate and batch for the next tick, never above `ceiling` records per second.
+    pub fn plan(&mut self, now: Duration, ceiling: f64, shape: BatchShape) -> Plan {
+        self.advance(now);
+        self.record_bytes = shape.record_bytes;
+        let p = &self.params;
+        let probing = matches!(self.phase, Phase::Probe { .. });
+        let gain = |unit: Unit| {
+            let binding = match self.binding {
+                Some(Binding::Volume) => unit != Unit::Requests,
+                Some(Binding::Only(u)) => u == unit,
+                None => false,
+            };
+            if probing && binding {
+                p.probe_gain
+            } else {
+                p.hold
+            }
+        };
+        let mut rate = ceiling;
+        let mut request_cap = None;
+        if let Phase::Experiment {
+            records_per_second,
+            requests_per_second,
+            ..
+        } = self.phase
+        {
+            rate = rate.min(records_per_second);
+            request_cap = Some(requests_per_second);
+        } else {
+            if let Some(limit) = self.limits.get(Unit::Records) {
+                rate = rate.min(limit * gain(Unit::Records));
+            }
+            if let (Some(limit), Some(size)) = (self.limits.get(Unit::Bytes), shape.record_bytes)
+                && size > 0.0
+            {
+                rate = rate.min(limit * gain(Unit::Bytes) / size);
+            }
+            if let Some(limit) = self.limits.get(Unit::Requests) {
+                request_cap = Some(limit * gain(Unit::Requests));
+            }
+        }
+        if let Some(at) = self.resumed_at {
+            let t = now.saturating_sub(at).as_secs_f64() / p.resume_within.as_secs_f64();
+            rate *= (p.beta * (1.0 / p.beta).powf(t)).min(1.0);
+        }
+        rate = rate.max(p.min_multiplier * ceiling).min(ceiling).max(0.0);
+        let tick = shape.tick.as_secs_f64();
+        let by_bytes = match (shape.max_batch_bytes, shape.record_bytes) {
+            (Some(max), Some(size)) if size > 0.0 => ((max as f64 / size).floor() as usize).max(1),
+            _ => usize::MAX,
+        };
+        let largest = shape.max_batch.min(by_bytes).max(1);
+        let natural = ((rate * tick - 1e-9).ceil().max(1.0) as usize).min(largest);
+        let mut batch = natural;
+        if let Some(cap) = request_cap.filter(|c| *c > 0.0) {
+            batch = batch
+                .max((rate / cap - 1e-9).ceil().max(1.0) as usize)
+                .min(largest);
+            rate = rate.min(cap * batch as f64);
+        }
+        self.last_plan = Plan {
+            records_per_second: rate,
+            batch,
+        };
+        self.last_plan
+    }
+
+    /// The sink throttled a write sent at `sent_at`; `fresh` when it is news (not an echo
+    /// of a signal already acted on), `hint` when the answer named its unit.
+    pub fn on_throttle(
+        &mut self,
+        now: Duration,
+        sent_at: Duration,
+        fresh: bool,
+        retry_after: Option<Duration>,
+        hint: Option<Unit>,
+    ) {
+        self.advance(now);
+        let (delivered, kind) = if fresh || self.is_experimenting() {
+            self.taken.pushback(now)
+        } else {
+            (PerUnit([None; 3]), Pushback::Repeated)
+        };
+        if let Phase::Experiment {
+            settled,
+            ref mut throttled,
+            ..
+        } = self.phase
+        {
+            if sent_at >= settled {
+                *throttled += 1;
+            }
+            if *throttled >= EXPERIMENT_FAILS_AFTER {
+                // The same records in fewer requests were throttled too: volume, as
+                // assumed. What the sink took meanwhile came in a few large requests, too
+                // coarse to measure by: the limit stays as it was.
+                self.end_experiment(now);
+            }
+            return;
+        }
+        if !fresh {
+            return;
+        }
+        let probing = matches!(self.phase, Phase::Probe { .. });
+        if probing {
+            self.phase = Phase::Hold { quiet_since: now };
+        }
+        let signal = Pending {
+            now,
+            sent_at,
+            hint,
+            delivered,
+            kind,
+            probing,
+        };
+        if retry_after.is_none() {
+            self.pending = Some(signal);
+        } else {
+            self.learn(signal);
+        }
+    }
+
+    /// A write of `records` records and `bytes` bytes was taken.
+    pub fn on_written(&mut self, now: Duration, records: u64, bytes: u64) {
+        self.taken.written(now, records, bytes);
+        if let Some(pending) = self.pending.take() {
+            self.learn(pending);
+        }
+        if std::mem::take(&mut self.in_outage) {
+            self.resumed_at = Some(now);
+            self.taken.restart(now);
+            if let Phase::Hold { .. } = self.phase {
+                self.phase = Phase::Hold { quiet_since: now };
+            }
+        }
+    }
+
+    /// The sink did not answer, or answered that it cannot work at all (a streak of 503s
+    /// without Retry-After, refused connections, timeouts): nothing about capacity.
+    pub fn on_outage(&mut self) {
+        self.pending = None;
+        self.in_outage = true;
+        self.resumed_at = None;
+        if let Phase::Experiment { .. } | Phase::Probe { .. } = self.phase {
+            self.phase = Phase::Hold {
+                quiet_since: Duration::ZERO,
+            };
+        }
+    }
+
+    fn learn(&mut self, s: Pending) {
+        let last = self.last_plan;
+        if let Some(unit) = s.hint {
+            let limit = self.revised(unit, &s);
+            self.limits = PerUnit::default();
+            self.limits.set(unit, limit);
+            self.binding = Some(Binding::Only(unit));
+            self.phase = Phase::Hold { quiet_since: s.now };
+            return;
+        }
+        if self.binding == Some(Binding::Only(Unit::Requests))
+            && let Some(limit) = self.limits.get(Unit::Requests)
+        {
+            if last.requests_per_second() >= 0.8 * self.params.hold * limit {
+                let limit = self.revised(Unit::Requests, &s).or(Some(limit));
+                self.limits.set(Unit::Requests, limit);
+                self.phase = Phase::Hold { quiet_since: s.now };
+                return;
+            }
+            // Well under the request limit and throttled all the same: not requests.
+            self.learn_volume(&s);
+            return;
+        }
+        // Throttled again soon at no more records than the sink took last time, and sending
+        // clearly more requests than it takes now: cutting records did not help.
+        let contradicted = self.volume_learned.is_some_and(|(at, rate, before)| {
+            let since = self.taken.since(before, s.now.saturating_sub(at));
+            s.now < at + self.params.contradiction_within
+                && s.sent_at > at
+                && last.records_per_second <= rate * 1.001
+                && since
+                    .get(Unit::Records)
+                    .is_none_or(|took| took * EXPERIMENT_OVER < rate)
+        }) && s.kind == Pushback::Sustained
+            && s.delivered
+                .get(Unit::Requests)
+                .is_some_and(|took| last.requests_per_second() > EXPERIMENT_OVER * took);
+        if contradicted && s.now >= self.experiment_after {
+            let took = s.delivered.get(Unit::Requests).unwrap_or_default();
+            let took_records = s.delivered.get(Unit::Records).unwrap_or_default();
+            let requests_per_second = (took * EXPERIMENT_REQUEST_SHARE).max(f64::MIN_POSITIVE);
+            let span = self.params.experiment_for.max(
+                Duration::from_secs_f64(EXPERIMENT_REQUESTS / requests_per_second)
+                    .min(EXPERIMENT_LONGEST),
+            );
+            self.phase = Phase::Experiment {
+                settled: s.now + Duration::from_secs_f64(3.0 / requests_per_second).min(span / 2),
+                until: s.now + span,
+                records_per_second: last
+                    .records_per_second
+                    .max(EXPERIMENT_RECORDS * took_records),
+                requests_per_second,
+                throttled: 0,
+                took: took_records,
+                started: (s.now, self.taken.totals()),
+            };
+            return;
+        }
+        self.learn_volume(&s);
+    }
+
+    /// Records and bytes both take what the sink delivered; a request limit learned before
+    /// was a misreading.
+    fn learn_volume(&mut self, s: &Pending) {
+        let records = self.revised(Unit::Records, s);
+        let bytes = self
+            .limits
+            .get(Unit::Bytes)
+            .or(s.delivered.get(Unit::Bytes))
+            .and_then(|_| self.revised(Unit::Bytes, s));
+        self.limits = PerUnit::default();
+        self.limits.set(Unit::Records, records);
+        self.limits.set(Unit::Bytes, bytes);
+        self.binding = Some(Binding::Volume);
+        self.volume_learned = (s.kind == Pushback::Sustained)
+            .then_some(())
+            .and(records)
+            .map(|r| (s.now, r * self.params.hold, self.taken.totals()));
+        self.phase = Phase::Hold { quiet_since: s.now };
+    }
+
+    /// The limit in `unit` after the sink pushed back. Sustained push-back measures the
+    /// capacity (what was taken across it); push-backs in quick succession before that can
+    /// be measured say the worker is far over: the limit falls by `beta`; an isolated one
+    /// after a quiet spell says only that the worker was a little over, so the limit falls
+    /// a little (or not at all after a probe: the probe went too far, not the hold); a
+    /// first one has only the last second to go by. Never above what was being sent; `None` when nothing tells.
+    fn revised(&self, unit: Unit, s: &Pending) -> Option<f64> {
+        let sent = match self.planned(unit, self.last_plan) {
+            // Nothing planned yet: nothing to bound it by.
+            planned if planned <= 0.0 => f64::INFINITY,
+            planned => planned,
+        };
+        let measured = || {
+            s.delivered
+                .get(unit)
+                .unwrap_or(sent * self.params.beta)
+                .min(sent)
+        };
+        let limit = match (s.kind, self.limits.get(unit)) {
+            (Pushback::Sustained, _) | (_, None) => measured(),
+            (Pushback::Repeated, Some(old)) => old.min(sent) * self.params.beta,
+            (Pushback::Isolated, Some(old)) if s.probing => old,
+            (Pushback::Isolated, Some(old)) => old * ISOLATED_CUT,
+        };
+        limit.is_finite().then_some(limit)
+    }
+
+    /// Back to holding the volume limit, with no new experiment for a while.
+    fn end_experiment(&mut self, now: Duration) {
+        self.experiment_after = now + 30 * self.params.experiment_for;
+        self.volume_learned = None;
+        self.phase = Phase::Hold { quiet_since: now };
+    }
+
+    fn planned(&self, unit: Unit, plan: Plan) -> f64 {
+        match unit {
+            Unit::Records => plan.records_per_second,
+            Unit::Bytes => plan.records_per_second * self.record_bytes.unwrap_or(1.0),
+            Unit::Requests => plan.requests_per_second(),
+        }
+    }
+
+    /// Ends phases whose time is up.
+    fn advance(&mut self, now: Duration) {
+        match self.phase {
+            Phase::Experiment {
+                until,
+                requests_per_second,
+                took,
+                started: (at, before),
+                ..
+            } if now >= until => {
+                let taken = self.taken.since(before, now.saturating_sub(at));
+                if taken
+                    .get(Unit::Records)
+                    .is_none_or(|r| r < EXPERIMENT_OVER * took)
+                {
+                    // Not throttled, but the sink took no more records than before: no
+                    // evidence against volume.
+                    self.end_experiment(now);
+                    return;
+                }
+                // More records taken, in fewer requests, without throttles: requests.
+                self.limits = PerUnit::default();
+                self.limits
+                    .set(Unit::Requests, Some(requests_per_second / self.params.hold));
+                self.binding = Some(Binding::Only(Unit::Requests));
+                self.volume_learned = None;
+                self.phase = Phase::Hold { quiet_since: now };
+            }
+            Phase::Probe { until } if now >= until => {
+                // The sink took the probe: what it took is the new limit.
+                let factor = self.params.probe_gain;
+                for unit in Unit::ALL {
+                    let binding = match self.binding {
+                        Some(Binding::Volume) => unit != Unit::Requests,
+                        Some(Binding::Only(u)) => u == unit,
+                        None => false,
+                    };
+                    if binding && let Some(limit) = self.limits.get(unit) {
+                        self.limits.set(unit, Some(limit * factor));
+                    }
+                }
+                self.phase = Phase::Hold { quiet_since: now };
+            }
+            Phase::Hold { quiet_since }
+                if !self.in_outage
+                    && self
+                        .resumed_at
+                        .is_none_or(|at| now >= at + self.params.resume_within)
+                    && now >= quiet_since + self.params.probe_every =>
+            {
+                self.phase = Phase::Probe {
+                    until: now + self.params.probe_for,
+                };
+            }
+            _ => {}
+        }
+        if self
+            .resumed_at
+            .is_some_and(|at| now >= at + self.params.resume_within)
+        {
+            self.resumed_at = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,219 @@
+//! What the sink took, per unit (records, requests, bytes), and what that says about its
+//! capacity. A sink that pushes back continuously takes exactly its capacity between two of
+//! its push-backs, whatever it held in reserve before the first; so the rate taken since an
+//! earlier push-back of the same overload is the capacity sample (as BBR samples a
+//! bottleneck only while it is saturated). Without one, the rate over the last second is
+//! the best guess, and an overestimate while a burst allowance was being spent.
+//! Pure: the time comes in as an argument.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::sink_limit::{PerUnit, Unit};
+
+/// How far back a rate is measured.
+const WINDOW: Duration = Duration::from_secs(1);
+/// An earlier push-back is a usable start of a sample within this span...
+const SAMPLE_MAX: Duration = Duration::from_secs(2);
+/// ... once at least this long ago (shorter spans hold too few writes).
+const SAMPLE_MIN: Duration = Duration::from_millis(250);
+
+/// How a push-back's rates were measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushback {
+    /// Across a saturation: since an earlier push-back a while ago. The capacity.
+    Sustained,
+    /// Another push-back came just before: the last second's rate, overloaded.
+    Repeated,
+    /// The first in a while: the last second's rate.
+    Isolated,
+}
+
+#[derive(Debug, Clone)]
+pub struct Taken {
+    totals: [f64; 3],
+    /// (when, totals after that write), oldest first: the writes of the last window, and
+    /// the last one before it (or the start of measuring).
+    writes: VecDeque<(Duration, [f64; 3])>,
+    /// (when, totals at that moment) of recent push-backs.
+    pushbacks: VecDeque<(Duration, [f64; 3])>,
+    /// Measuring starts here: the start, or the end of an outage.
+    since: Duration,
+}
+
+impl Default for Taken {
+    fn default() -> Self {
+        Taken {
+            totals: [0.0; 3],
+            writes: VecDeque::from([(Duration::ZERO, [0.0; 3])]),
+            pushbacks: VecDeque::new(),
+            since: Duration::ZERO,
+        }
+    }
+}
+
+impl Taken {
+    pub fn written(&mut self, now: Duration, records: u64, bytes: u64) {
+        for (total, n) in self
+            .totals
+            .iter_mut()
+            .zip([records as f64, 1.0, bytes as f64])
+        {
+            *total += n;
+        }
+        self.writes.push_back((now, self.totals));
+        while self.writes.len() > 1 && self.writes[1].0 + WINDOW <= now {
+            self.writes.pop_front();
+        }
+    }
+
+    /// The sink pushed back at `now`: what it took per second, and how that was measured.
+    pub fn pushback(&mut self, now: Duration) -> (PerUnit<Option<f64>>, Pushback) {
+        while self
+            .pushbacks
+            .front()
+            .is_some_and(|(at, _)| *at + SAMPLE_MAX < now)
+        {
+            self.pushbacks.pop_front();
+        }
+        let sample = self
+            .pushbacks
+            .front()
+            .filter(|(at, _)| *at + SAMPLE_MIN <= now)
+            .map(|&(at, before)| self.rates(before, now - at));
+        let kind = match (&sample, self.pushbacks.is_empty()) {
+            (Some(_), _) => Pushback::Sustained,
+            (None, true) => Pushback::Isolated,
+            (None, false) => Pushback::Repeated,
+        };
+        self.pushbacks.push_back((now, self.totals));
+        (sample.unwrap_or_else(|| self.recent(now)), kind)
+    }
+
+    /// The rate over the last second (or since measuring started, if shorter).
+    pub fn recent(&self, now: Duration) -> PerUnit<Option<f64>> {
+        let start = now.saturating_sub(WINDOW).max(self.since);
+        let span = now.saturating_sub(start);
+        if span < WINDOW / 10 {
+            return PerUnit([None; 3]);
+        }
+        let before = self
+            .writes
+            .iter()
+            .rev()
+            .find(|(at, _)| *at <= start)
+            .map_or(self.writes[0].1, |(_, t)| *t);
+        self.rates(before, span)
+    }
+
+    /// Everything taken so far.
+    pub fn totals(&self) -> PerUnit<f64> {
+        PerUnit(self.totals)
+    }
+
+    /// The rates since `before` was read from [`Taken::totals`], `span` ago.
+    pub fn since(&self, before: PerUnit<f64>, span: Duration) -> PerUnit<Option<f64>> {
+        self.rates(before.0, span)
+    }
+
+    /// An outage ended: what came before it says nothing about the rate now.
+    pub fn restart(&mut self, now: Duration) {
+        self.since = now;
+        self.pushbacks.clear();
+        self.writes.clear();
+        self.writes.push_back((now, self.totals));
+    }
+
+    fn rates(&self, before: [f64; 3], span: Duration) -> PerUnit<Option<f64>> {
+        let secs = span.as_secs_f64();
+        let mut out = PerUnit([None; 3]);
+        for unit in Unit::ALL {
+            let i = unit as usize;
+            let n = self.totals[i] - before[i];
+            out.0[i] = (secs > 0.0 && n > 0.0).then(|| n / secs);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_rate_over_the_last_second() {
+        let mut t = Taken::default();
+        assert_eq!(
+            t.recent(ms(50)).get(Unit::Records),
+            None,
+            "too soon to tell"
+        );
+        for i in 1..=20 {
+            t.written(ms(100 * i), 10, 1000);
+        }
+        // (1.0, 2.0]: ten writes of 10 records.
+        let r = t.recent(ms(2000));
+        assert_eq!(r.get(Unit::Records), Some(100.0));
+        assert_eq!(r.get(Unit::Requests), Some(10.0));
+        assert_eq!(r.get(Unit::Bytes), Some(10_000.0));
+        // Half a second in: five writes in 0.5 s.
+        let mut t = Taken::default();
+        for i in 1..=5 {
+            t.written(ms(100 * i), 10, 0);
+        }
+        assert_eq!(t.recent(ms(500)).get(Unit::Records), Some(100.0));
+        assert_eq!(t.recent(ms(500)).get(Unit::Bytes), None);
+    }
+
+    #[test]
+    fn a_burst_spent_before_the_first_pushback_is_not_capacity() {
+        // A sink holding 100 records in reserve and refilling 100/s: the worker sends 400/s
+        // in writes of 40 every 100 ms, and from the first push-back on it takes one write
+        // in four.
+        let mut t = Taken::default();
+        let mut now = Duration::ZERO;
+        for _ in 0..3 {
+            now += ms(100);
+            t.written(now, 40, 0);
+        }
+        now += ms(100);
+        let (first, kind) = t.pushback(now);
+        assert_eq!(first.get(Unit::Records), Some(300.0), "the burst included");
+        assert_eq!(kind, Pushback::Isolated);
+        for k in 1..=20 {
+            now += ms(100);
+            if k % 4 == 0 {
+                t.written(now, 40, 0);
+            } else {
+                let (sample, kind) = t.pushback(now);
+                let expected = if k >= 3 {
+                    Pushback::Sustained
+                } else {
+                    Pushback::Repeated
+                };
+                assert_eq!(kind, expected, "k = {k}");
+                if k >= 12 {
+                    let s = sample.get(Unit::Records).unwrap();
+                    assert!((75.0..=135.0).contains(&s), "k = {k}: {s}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn after_an_outage_the_rate_starts_over() {
+        let mut t = Taken::default();
+        for i in 1..=10 {
+            t.written(ms(100 * i), 10, 0);
+        }
+        t.restart(ms(30_000));
+        assert_eq!(t.recent(ms(30_050)).get(Unit::Records), None);
+        t.written(ms(30_100), 10, 0);
+        t.written(ms(30_200), 10, 0);
+        assert_eq!(t.recent(ms(30_200)).get(Unit::Records), Some(100.0));
+    }
+}
