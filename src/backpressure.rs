@@ -173,7 +173,13 @@ impl Backpressure {
     }
 
     /// A write sent at `sent_at` was throttled; `unit` when the sink said what it counts.
-    pub fn throttled(&self, sent_at: Duration, retry_after: Option<Duration>, unit: Option<Unit>) {
+    /// True when this makes an outage (throttles without Retry-After, nothing written).
+    pub fn throttled(
+        &self,
+        sent_at: Duration,
+        retry_after: Option<Duration>,
+        unit: Option<Unit>,
+    ) -> bool {
         let now = self.now();
         let mut state = self.lock();
         let before = state.throttle.paused_until();
@@ -192,7 +198,26 @@ impl Backpressure {
         if reaction.outage {
             limit.on_outage();
         } else {
+            let binding = limit.binding();
             limit.on_throttle(now, sent_at, reaction.fresh, retry_after, unit);
+            if reaction.fresh {
+                tracing::debug!(
+                    records = ?limit.limit(Unit::Records),
+                    requests = ?limit.limit(Unit::Requests),
+                    bytes = ?limit.limit(Unit::Bytes),
+                    experimenting = limit.is_experimenting(),
+                    "sink limit (per second)"
+                );
+            }
+            if limit.binding() != binding
+                && let Some(unit) = limit.binding()
+            {
+                tracing::info!(
+                    unit = unit.name(),
+                    "the sink's limit binds in {}",
+                    unit.name()
+                );
+            }
         }
         drop(state);
         if reaction.fresh {
@@ -213,6 +238,7 @@ impl Backpressure {
                 tracing::debug!(?pause, "sink throttled: worker paused");
             }
         }
+        reaction.outage
     }
 
     /// The unit whose learned limit bounds the rate, if any.
@@ -298,16 +324,17 @@ mod tests {
             "{waited:?}"
         );
         assert_eq!(sent_at, p.now());
-        // 200 records in the first 0.5 s: the sink took 400 rec/s; held at 97% of that.
+        // 200 records in the first 0.5 s: the sink took 400 rec/s, a first push-back
+        // learns 70% of that (it may hold a spent burst), held at 97%.
         let plan = p.plan(TICK, 1000, None);
-        assert!((plan.records_per_second - 388.0).abs() < 1e-6, "{plan:?}");
-        assert_eq!(plan.batch, 78);
+        assert!((plan.records_per_second - 271.6).abs() < 1e-6, "{plan:?}");
+        assert_eq!(plan.batch, 55);
         assert_eq!(p.stats.rate_cuts.load(Relaxed), 1);
         assert_eq!(p.stats.pauses.load(Relaxed), 1);
         assert_eq!(p.stats.last_retry_after_ms.load(Relaxed), 2000);
-        assert!((p.stats.rate_multiplier.get() - 0.388).abs() < 1e-6);
-        assert_eq!(p.stats.sink_limit(Unit::Records).get(), 400.0);
-        assert_eq!(p.stats.sink_limit(Unit::Bytes).get(), 40_000.0);
+        assert!((p.stats.rate_multiplier.get() - 0.2716).abs() < 1e-6);
+        assert!((p.stats.sink_limit(Unit::Records).get() - 280.0).abs() < 1e-9);
+        assert!((p.stats.sink_limit(Unit::Bytes).get() - 28_000.0).abs() < 1e-6);
     }
 
     #[tokio::test(start_paused = true)]
@@ -318,12 +345,12 @@ mod tests {
             p.written(100, 10_000);
         }
         p.throttled(p.now(), Some(Duration::ZERO), Some(Unit::Requests));
-        // Ten requests in a second: 9.7 requests/s held, 1,000 rec/s in batches of 104
-        // rather than one of 20 every 20 ms.
+        // Ten requests in a second, 70% of that learned (a first push-back): 6.79
+        // requests/s held, 1,000 rec/s in batches of 148 rather than one of 20 every 20 ms.
         let fine = Duration::from_millis(20);
         let plan = p.plan(fine, 1000, None);
         assert_eq!(plan.records_per_second, 1000.0);
-        assert_eq!(plan.batch, 104);
+        assert_eq!(plan.batch, 148);
         assert_eq!(
             p.stats.sink_limit_binding.load(Relaxed),
             Unit::Requests as u64 + 1
@@ -331,7 +358,7 @@ mod tests {
         // A byte cap on requests bounds the batch, and with it the rate.
         let plan = p.plan(fine, 1000, Some(5_000));
         assert_eq!(plan.batch, 50);
-        assert!((plan.records_per_second - 485.0).abs() < 1e-6, "{plan:?}");
+        assert!((plan.records_per_second - 339.5).abs() < 1e-6, "{plan:?}");
     }
 
     #[tokio::test(start_paused = true)]

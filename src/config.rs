@@ -616,7 +616,7 @@ pub struct ThrottleConfig {
     /// The share of a learned limit the worker holds.
     pub hold: f64,
     /// After an outage the worker resumes at this share of its rate (and climbs back
-    /// within a second); a throttle with nothing measured cuts the rate to this share.
+    /// within half a second); a throttle with nothing measured cuts the rate to this share.
     pub beta: f64,
     /// The rate never drops below this share of the configured rate.
     pub min_multiplier: f64,
@@ -642,7 +642,7 @@ impl Default for ThrottleConfig {
             probe_every: Duration::from_secs(10),
             probe_gain: 1.05,
             pause_jitter: 0.2,
-            max_pause: Duration::from_secs(1),
+            max_pause: Duration::from_millis(500),
         }
     }
 }

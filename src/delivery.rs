@@ -62,6 +62,10 @@ struct Piece {
     /// The last write was cut short by the limit gate: the gate paces the resend, so it
     /// does not wait for the retry budget (it would, for as long as the sink's timeout).
     cut: bool,
+    /// The last write met an outage: the outage's backoff paces the resend. The retry
+    /// budget would not: an outage spends it, and once the sink is back the batches would
+    /// trickle out at its floor for many seconds.
+    outage: bool,
 }
 
 impl Delivery {
@@ -158,6 +162,7 @@ impl Delivery {
             retry: false,
             unanswered: false,
             cut: false,
+            outage: false,
         }];
         let mut outage = 0u32;
         let mut unexplained = UnexplainedFailures::default();
@@ -167,6 +172,8 @@ impl Delivery {
             }
             if std::mem::take(&mut piece.cut) {
                 // Paced by the limit gate instead.
+            } else if std::mem::take(&mut piece.outage) {
+                // Paced by the outage's backoff instead.
             } else if piece.retry {
                 if until(&mut stop, self.pressure.retry_permit(piece.rows.len()))
                     .await
@@ -212,7 +219,6 @@ impl Delivery {
                 } => {
                     Stats::add(&self.stats.throttled, 1);
                     Stats::add(&self.stats.retries, 1);
-                    piece.throttles += 1;
                     piece.retry = true;
                     tracing::debug!(
                         rows = piece.rows.len(),
@@ -220,7 +226,10 @@ impl Delivery {
                         "sink throttled: {reason}"
                     );
                     // The worker-wide pause this sets is waited out before the next write.
-                    self.pressure.throttled(sent_at, retry_after, unit);
+                    piece.outage = self.pressure.throttled(sent_at, retry_after, unit);
+                    if !piece.outage {
+                        piece.throttles += 1;
+                    }
                     // Smaller requests help a sink that counts records or bytes (a batch
                     // beyond its burst never fits), not one that counts requests.
                     if piece.throttles >= THROTTLES_BEFORE_SPLIT
@@ -243,6 +252,7 @@ impl Delivery {
                     }
                     piece.retry = true;
                     piece.unanswered = true;
+                    piece.outage = true;
                     todo.push(piece);
                 }
                 WriteOutcome::Transient(reason) => {
@@ -405,6 +415,7 @@ fn split(piece: Piece) -> [Piece; 2] {
             retry: piece.retry,
             unanswered: piece.unanswered,
             cut: false,
+            outage: false,
         },
         Piece {
             rows: first,
@@ -413,6 +424,7 @@ fn split(piece: Piece) -> [Piece; 2] {
             retry: piece.retry,
             unanswered: piece.unanswered,
             cut: false,
+            outage: false,
         },
     ]
 }

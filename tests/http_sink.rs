@@ -146,8 +146,11 @@ async fn four_times_the_capacity_delivers_each_record_once_without_a_retry_storm
     assert_eq!(sim.keys(), keys(0..10_000), "every key exactly once");
     assert_eq!(stats.inserted, 10_000);
     let ratio = stats.records_received as f64 / stats.inserted as f64;
+    // 1.10 under the CUBIC controller, 1.11-1.12 since the sink's limit is learned and
+    // held (#14): the first second, at four times a sink holding a second's burst, costs
+    // 10-12 refused requests of 100 either way.
     assert!(
-        ratio <= 1.10,
+        ratio <= 1.13,
         "records sent / delivered = {ratio:.3} ({} sent, {} refused in {} 429s)",
         stats.records_received,
         stats.rejected_records,
@@ -224,11 +227,11 @@ async fn an_outage_costs_a_bounded_number_of_requests_then_everything_lands() {
 
     // Each batch in flight sends at most one request per round; a fixed 100 ms retry
     // interval would have sent 4 × 100 = 400.
-    // The backoff stops at throttle.max_pause (1 s by default).
+    // The backoff stops at throttle.max_pause (500 ms by default).
     let rounds = rounds_within(
         outage,
         Duration::from_millis(100),
-        Duration::from_secs(1),
+        Duration::from_millis(500),
         2.0,
     );
     let bound = u64::from(rounds) * in_flight;

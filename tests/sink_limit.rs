@@ -10,7 +10,8 @@
 //! tick a window holds one tick, and a tick falling near an edge would send whole windows
 //! to 0 or twice the target whatever the controller does.
 //!
-//! Every test prints its figures (`--nocapture` shows them). Run them with
+//! Every test prints its figures (`--nocapture` shows them). They are ignored, each naming
+//! what it measures today, until the controller meets them reliably:
 //! `cargo test --test sink_limit -- --ignored --nocapture`.
 
 mod common;
@@ -186,7 +187,7 @@ fn assert_all_landed_once(run: &Finished, stats: &SimStats, records: usize) {
 }
 
 #[test]
-#[ignore = "needs #14 controller"]
+#[ignore = "#14 not met yet: 11 rec/s against a gateway answering Retry-After in whole seconds (the experiment that finds requests binding passes on the emulated bucket with exact waits, src/control/sink_limit/tests.rs)"]
 fn requests_limited_sink_gets_fewer_larger_requests() {
     // A gateway taking 20 requests/s (burst 10) that answers 429 with Retry-After; the
     // worker asks 1,000 rec/s at a 20 ms tick: 50 requests/s if it sent one per tick.
@@ -209,7 +210,7 @@ fn requests_limited_sink_gets_fewer_larger_requests() {
 }
 
 #[test]
-#[ignore = "needs #14 controller"]
+#[ignore = "#14 not met yet: 91% of what fits, but 12% of requests throttled and 1.19 sent/delivered (batches of 80% of the burst at 4x)"]
 fn bytes_limited_sink_over_asked_four_times() {
     // 100 kB of request body per second: about 1,000 of these records in sluice's
     // envelope. The worker asks four times what fits.
@@ -237,7 +238,7 @@ fn bytes_limited_sink_over_asked_four_times() {
 }
 
 #[test]
-#[ignore = "needs #14 controller"]
+#[ignore = "#14 not met yet: 76% of windows on target, 1.032 sent/delivered"]
 fn records_limited_sink_over_asked_four_times_is_held_on_target() {
     let sim = Sim::start(Unit::Records, CAPACITY, |_| {});
     let records = 8_000;
@@ -262,7 +263,7 @@ fn records_limited_sink_over_asked_four_times_is_held_on_target() {
 /// CPU load (81%, 945 rec/s: a tick that fires late loses the tokens beyond one tick's
 /// worth plus one), so it waits for #14 with the others.
 #[test]
-#[ignore = "needs #14 controller"]
+#[ignore = "#14 not met yet: 93% of windows on target (late 20 ms ticks under load, as before #14)"]
 fn told_the_exact_capacity_lands_on_target() {
     let sim = Sim::start(Unit::Records, CAPACITY, |_| {});
     let records = 6_000;
@@ -283,7 +284,7 @@ fn told_the_exact_capacity_lands_on_target() {
 }
 
 #[test]
-#[ignore = "needs #14 controller"]
+#[ignore = "#14 not met reliably yet: 1.1-1.5 s for both workers in 3 runs of 4; in the fourth the worker asked 4x held 67% of capacity after the outage (before #14: 4.7 s and never)"]
 fn after_a_30_s_outage_capacity_is_regained_within_2_s() {
     // Two workers side by side, each with its own emulator: one told the capacity, one
     // asking four times too much. Each emulator answers 503 (no Retry-After) for 30 s once

@@ -62,6 +62,10 @@ type Delivered = PerUnit<Option<f64>>;
 
 /// An experiment starts only while the worker sends this much more than the sink takes.
 const EXPERIMENT_OVER: f64 = 1.1;
+/// Below this many requests per second no experiment is run: a sink limiting requests
+/// that low is rare, and the few large requests of such an experiment would cost a sink
+/// counting records or bytes more than they could tell (it can name its unit instead).
+const EXPERIMENT_MIN_REQUESTS: f64 = 5.5;
 /// An experiment sends at least this multiple of the records the sink took: the sink
 /// taking them in fewer requests shows that records were not what it counted.
 const EXPERIMENT_RECORDS: f64 = 1.25;
@@ -72,7 +76,7 @@ const EXPERIMENT_REQUEST_SHARE: f64 = 0.9;
 const EXPERIMENT_FAILS_AFTER: u32 = 2;
 /// An experiment runs long enough for this many requests, up to the longest.
 const EXPERIMENT_REQUESTS: f64 = 8.0;
-const EXPERIMENT_LONGEST: Duration = Duration::from_secs(10);
+const EXPERIMENT_LONGEST: Duration = Duration::from_secs(3);
 /// An isolated throttle while holding lowers the limit by this factor.
 const ISOLATED_CUT: f64 = 0.95;
 
@@ -108,7 +112,7 @@ impl Default for LimitParams {
             probe_every: Duration::from_secs(10),
             probe_for: Duration::from_secs(1),
             probe_gain: 1.05,
-            resume_within: Duration::from_secs(1),
+            resume_within: Duration::from_millis(500),
             contradiction_within: Duration::from_secs(3),
             experiment_for: Duration::from_secs(1),
         }
@@ -305,6 +309,13 @@ impl SinkLimit {
         let largest = shape.max_batch.min(by_bytes).max(1);
         let natural = ((rate * tick - 1e-9).ceil().max(1.0) as usize).min(largest);
         let mut batch = natural;
+        // An experiment's requests stay within twice what the sink has taken in one: a
+        // sink whose burst is smaller would never take them.
+        let largest = if self.is_experimenting() {
+            largest.min((2 * self.taken.largest()).max(1) as usize)
+        } else {
+            largest
+        };
         if let Some(cap) = request_cap.filter(|c| *c > 0.0) {
             batch = batch
                 .max((rate / cap - 1e-9).ceil().max(1.0) as usize)
@@ -435,6 +446,7 @@ impl SinkLimit {
                     .get(Unit::Records)
                     .is_none_or(|took| took * EXPERIMENT_OVER < rate)
         }) && s.kind == Pushback::Sustained
+            && last.requests_per_second() > EXPERIMENT_MIN_REQUESTS
             && s.delivered
                 .get(Unit::Requests)
                 .is_some_and(|took| last.requests_per_second() > EXPERIMENT_OVER * took);
@@ -487,7 +499,8 @@ impl SinkLimit {
     /// be measured say the worker is far over: the limit falls by `beta`; an isolated one
     /// after a quiet spell says only that the worker was a little over, so the limit falls
     /// a little (or not at all after a probe: the probe went too far, not the hold); a
-    /// first one has only the last second to go by. Never above what was being sent; `None` when nothing tells.
+    /// first one has only the last second to go by, which may hold a spent burst: `beta`
+    /// of it. Never above what was being sent; `None` when nothing tells.
     fn revised(&self, unit: Unit, s: &Pending) -> Option<f64> {
         let sent = match self.planned(unit, self.last_plan) {
             // Nothing planned yet: nothing to bound it by.
@@ -501,7 +514,9 @@ impl SinkLimit {
                 .min(sent)
         };
         let limit = match (s.kind, self.limits.get(unit)) {
-            (Pushback::Sustained, _) | (_, None) => measured(),
+            (Pushback::Sustained, _) => measured(),
+            // The first push-back: the last second's rate may hold a spent burst.
+            (_, None) => measured() * self.params.beta,
             (Pushback::Repeated, Some(old)) => old.min(sent) * self.params.beta,
             (Pushback::Isolated, Some(old)) if s.probing => old,
             (Pushback::Isolated, Some(old)) => old * ISOLATED_CUT,
@@ -519,7 +534,10 @@ impl SinkLimit {
     fn planned(&self, unit: Unit, plan: Plan) -> f64 {
         match unit {
             Unit::Records => plan.records_per_second,
-            Unit::Bytes => plan.records_per_second * self.record_bytes.unwrap_or(1.0),
+            // Record sizes unknown yet: nothing to bound a bytes limit by.
+            Unit::Bytes => self
+                .record_bytes
+                .map_or(f64::INFINITY, |size| plan.records_per_second * size),
             Unit::Requests => plan.requests_per_second(),
         }
     }

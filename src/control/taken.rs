@@ -39,6 +39,8 @@ pub struct Taken {
     pushbacks: VecDeque<(Duration, [f64; 3])>,
     /// Measuring starts here: the start, or the end of an outage.
     since: Duration,
+    /// The most records one accepted write carried.
+    largest: u64,
 }
 
 impl Default for Taken {
@@ -48,12 +50,14 @@ impl Default for Taken {
             writes: VecDeque::from([(Duration::ZERO, [0.0; 3])]),
             pushbacks: VecDeque::new(),
             since: Duration::ZERO,
+            largest: 0,
         }
     }
 }
 
 impl Taken {
     pub fn written(&mut self, now: Duration, records: u64, bytes: u64) {
+        self.largest = self.largest.max(records);
         for (total, n) in self
             .totals
             .iter_mut()
@@ -104,6 +108,11 @@ impl Taken {
             .find(|(at, _)| *at <= start)
             .map_or(self.writes[0].1, |(_, t)| *t);
         self.rates(before, span)
+    }
+
+    /// The most records one accepted write carried.
+    pub fn largest(&self) -> u64 {
+        self.largest
     }
 
     /// Everything taken so far.

@@ -243,9 +243,8 @@ fn bytes_limited_sink_at_four_times_over_ask() {
     let out = drive(setup);
     report("bytes", &setup, &out);
     assert!(out.rate(secs(30), secs(60)) >= 0.9 * setup.fits());
-    // As for records (the same sink, counted in bytes): the issue asks 3% and 1.05.
-    assert!(out.throttled_share() <= 0.04);
-    assert!(out.sent_per_delivered() <= 1.08);
+    assert!(out.throttled_share() <= 0.03);
+    assert!(out.sent_per_delivered() <= 1.05);
 }
 
 #[test]
@@ -253,10 +252,9 @@ fn records_limited_sink_at_four_times_over_ask_is_held_not_sawn() {
     let setup = Setup::new(Unit::Records, 800.0, 3200.0);
     let out = drive(setup);
     report("records 4x", &setup, &out);
-    // The issue asks 1.03. Learning costs throttled requests of a tick's worth at four times
-    // the capacity (640, 311, 185 records) and an experiment on whether requests bind (585
-    // each): 7.8% of this run, nearly all in its first six seconds.
-    assert!(out.sent_per_delivered() <= 1.08);
+    // The issue asks 1.03: learning costs the first throttled requests, a tick's worth
+    // each at four times the capacity (640 records and more).
+    assert!(out.sent_per_delivered() <= 1.04);
     assert!(out.on_target(secs(3), setup.run_for, 800.0) >= 0.8);
 }
 
@@ -305,25 +303,31 @@ fn shape() -> BatchShape {
     }
 }
 
-#[test]
-fn an_outage_keeps_the_limit_and_the_worker_climbs_back_within_a_second() {
+/// 500 rec/s taken for two seconds, then a 429 with Retry-After: a first push-back takes
+/// `beta` of the last second's rate, 350 rec/s, held at 339.5.
+fn learned_from_a_first_429() -> SinkLimit {
     let mut limit = SinkLimit::new(LimitParams::default());
-    // 500 rec/s taken for two seconds, then a 429 with Retry-After.
     for i in 1..=20 {
         limit.on_written(ms(100 * i), 50, 5000);
     }
     limit.on_throttle(ms(2000), ms(2000), true, Some(ms(10)), None);
-    assert_eq!(limit.limit(Unit::Records), Some(500.0));
+    assert_eq!(limit.limit(Unit::Records), Some(350.0));
+    limit
+}
+
+#[test]
+fn an_outage_keeps_the_limit_and_the_worker_climbs_back_within_half_a_second() {
+    let mut limit = learned_from_a_first_429();
     assert_eq!(
         limit.plan(ms(2100), 2000.0, shape()).records_per_second,
-        485.0
+        339.5
     );
     // Thirty seconds of 503s and refused connections, then a success.
     limit.on_outage();
     limit.on_outage();
     assert_eq!(
         limit.limit(Unit::Records),
-        Some(500.0),
+        Some(350.0),
         "kept across the outage"
     );
     limit.on_written(ms(32_000), 50, 5000);
@@ -333,10 +337,10 @@ fn an_outage_keeps_the_limit_and_the_worker_climbs_back_within_a_second() {
             .plan(ms(t), 2000.0, shape())
             .records_per_second
     };
-    assert!((at(32_000) - 0.7 * 485.0).abs() < 1e-9, "resumes at 70%");
-    assert!(at(32_500) > at(32_000) && at(32_500) < 485.0);
-    assert!((at(32_700) - 0.9 * 485.0).abs() < 5.0, "90% after 0.7 s");
-    assert_eq!(at(33_000), 485.0, "back within a second");
+    assert!((at(32_000) - 0.7 * 339.5).abs() < 1e-9, "resumes at 70%");
+    assert!(at(32_250) > at(32_000) && at(32_250) < 339.5);
+    assert!((at(32_350) - 0.9 * 339.5).abs() < 4.0, "90% after 0.35 s");
+    assert_eq!(at(32_500), 339.5, "back within half a second");
 }
 
 #[test]
@@ -362,31 +366,27 @@ fn a_throttle_without_retry_after_is_learned_only_once_a_write_succeeds() {
     }
     limit.on_throttle(ms(2000), ms(2000), true, None, None);
     limit.on_written(ms(2100), 50, 5000);
-    assert_eq!(limit.limit(Unit::Records), Some(500.0));
+    assert_eq!(limit.limit(Unit::Records), Some(350.0));
 }
 
 #[test]
 fn a_probe_raises_the_limit_when_the_sink_takes_it() {
-    let mut limit = SinkLimit::new(LimitParams::default());
-    for i in 1..=20 {
-        limit.on_written(ms(100 * i), 50, 5000);
-    }
-    limit.on_throttle(ms(2000), ms(2000), true, Some(ms(10)), None);
+    let mut limit = learned_from_a_first_429();
     assert_eq!(
         limit.plan(ms(11_900), 2000.0, shape()).records_per_second,
-        485.0
+        339.5
     );
     // Ten seconds of quiet: a one-second probe at 105%.
     assert_eq!(
         limit.plan(ms(12_000), 2000.0, shape()).records_per_second,
-        525.0
+        367.5
     );
     assert_eq!(
         limit.plan(ms(12_900), 2000.0, shape()).records_per_second,
-        525.0
+        367.5
     );
     // Taken without a throttle: the limit is 5% higher, and held at 97% of it.
     let after = limit.plan(ms(13_000), 2000.0, shape()).records_per_second;
-    assert!((after - 0.97 * 525.0).abs() < 1e-9, "{after}");
-    assert_eq!(limit.limit(Unit::Records), Some(525.0));
+    assert!((after - 0.97 * 367.5).abs() < 1e-9, "{after}");
+    assert_eq!(limit.limit(Unit::Records), Some(367.5));
 }
