@@ -187,13 +187,25 @@ fn assert_all_landed_once(run: &Finished, stats: &SimStats, records: usize) {
 }
 
 #[test]
-#[ignore = "#14 not met yet: 11 rec/s against a gateway answering Retry-After in whole seconds (the experiment that finds requests binding passes on the emulated bucket with exact waits, src/control/sink_limit/tests.rs)"]
+#[ignore = "#14: met in 4 runs of 5 (980-994 rec/s over the second half, 2.5-3.1% throttled); once, on a machine loaded by two builds, the second half fell under 900 rec/s"]
 fn requests_limited_sink_gets_fewer_larger_requests() {
+    requests_limited(RetryAfterStyle::Millis);
+}
+
+/// A gateway that rounds Retry-After up to whole seconds: every 429 pauses the worker for a
+/// second, which the sink's reserve (10 requests) cannot make up.
+#[test]
+#[ignore = "#14 not met yet with whole-second Retry-After: 11 rec/s (the millisecond case passes)"]
+fn requests_limited_sink_with_whole_second_retry_after() {
+    requests_limited(RetryAfterStyle::Seconds);
+}
+
+fn requests_limited(style: RetryAfterStyle) {
     // A gateway taking 20 requests/s (burst 10) that answers 429 with Retry-After; the
     // worker asks 1,000 rec/s at a 20 ms tick: 50 requests/s if it sent one per tick.
     let sim = Sim::start(Unit::Requests, 20.0, |c| {
         c.burst = 10;
-        c.retry_after = RetryAfterStyle::Seconds;
+        c.retry_after = style;
     });
     let records = 10_000;
     let worker = Worker {
