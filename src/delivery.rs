@@ -62,9 +62,11 @@ struct Piece {
     /// The last write was cut short by the limit gate: the gate paces the resend, so it
     /// does not wait for the retry budget (it would, for as long as the sink's timeout).
     cut: bool,
-    /// The last write met an outage: the outage's backoff paces the resend. The retry
-    /// budget would not: an outage spends it, and once the sink is back the batches would
-    /// trickle out at its floor for many seconds.
+    /// The sink answered that it is down (503s without Retry-After, one after another):
+    /// the outage's backoff paces the resend. The retry budget would not: an outage spends
+    /// it, and once the sink is back the batches would trickle out at its floor for many
+    /// seconds. (A write with no answer — refused, reset, timed out — stays on the budget:
+    /// a timeout is as often an overloaded sink, which resends must not pile onto.)
     outage: bool,
 }
 
@@ -252,7 +254,6 @@ impl Delivery {
                     }
                     piece.retry = true;
                     piece.unanswered = true;
-                    piece.outage = true;
                     todo.push(piece);
                 }
                 WriteOutcome::Transient(reason) => {

@@ -173,9 +173,12 @@ impl SimSink {
     }
 
     /// Stops accepting connections and waits for requests in progress to finish.
-    pub async fn stop(self) -> std::io::Result<()> {
+    /// Stops serving once the requests in progress are answered; returns the stats as they
+    /// then stand (a request answered during the stop counts).
+    pub async fn stop(self) -> std::io::Result<SimStats> {
         let _ = self.stop.send(());
-        self.task.await.map_err(std::io::Error::other)?
+        self.task.await.map_err(std::io::Error::other)??;
+        Ok(self.shared.ledger().stats())
     }
 }
 
