@@ -175,10 +175,16 @@ impl Pipeline {
                     };
                     banked += u64::from(granted);
                 }
-                // A batch's worth, or what is left to pull: until then the grants wait.
-                let target = (self.batch as u64)
-                    .min(self.options.max_batch as u64)
-                    .min(remaining);
+                // A batch larger than a tick's grant (requests bind) waits until the grants
+                // make it up; otherwise whatever the tick granted goes now, as a tick that
+                // grants one record less must not hold it over to double the next.
+                let target = if self.batch > self.cadence.quantum() as usize {
+                    (self.batch as u64)
+                        .min(self.options.max_batch as u64)
+                        .min(remaining)
+                } else {
+                    1
+                };
                 if banked == 0 || banked < target {
                     break;
                 }
