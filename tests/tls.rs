@@ -62,18 +62,7 @@ async fn check(dir: &Path) -> Output {
 }
 
 async fn drain(dir: &Path) -> Output {
-    sluice(
-        dir,
-        &[
-            "run",
-            "-c",
-            "sluice.toml",
-            "--until-empty",
-            "--summary",
-            "json",
-        ],
-    )
-    .await
+    sluice(dir, common::DRAIN).await
 }
 
 fn written(o: &Output) -> i64 {
