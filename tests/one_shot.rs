@@ -454,16 +454,7 @@ fn a_deadline_stops_a_long_drain_on_time_and_a_rerun_completes_it() {
 
     let again = kafka_pg_support::common::run_in(
         dir.path(),
-        &[
-            "run",
-            "-c",
-            "sluice.toml",
-            "--until-empty",
-            "--summary",
-            "json",
-            "--rate",
-            "100000",
-        ],
+        &[kafka_pg_support::common::DRAIN, &["--rate", "100000"]].concat(),
     );
     assert!(again.status.success(), "{}", stderr(&again));
     let s = summary(&again);
