@@ -180,6 +180,21 @@ impl Backpressure {
         retry_after: Option<Duration>,
         unit: Option<Unit>,
     ) -> bool {
+        self.throttled_share(sent_at, retry_after, unit, 1.0)
+    }
+
+    /// As [`Backpressure::throttled`], for a write of which the sink refused only `share`
+    /// of the records (a bulk answer) and took the rest, reported first through
+    /// [`Backpressure::written`]. What the sink took is what the limit learns from, so the
+    /// cut follows the share refused; a pause without Retry-After is that share of the
+    /// full backoff.
+    pub fn throttled_share(
+        &self,
+        sent_at: Duration,
+        retry_after: Option<Duration>,
+        unit: Option<Unit>,
+        share: f64,
+    ) -> bool {
         let now = self.now();
         let mut state = self.lock();
         let before = state.throttle.paused_until();
@@ -187,6 +202,7 @@ impl Backpressure {
             now,
             sent_at,
             retry_after,
+            share,
         };
         let State {
             throttle,

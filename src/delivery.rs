@@ -18,9 +18,9 @@ use crate::control::sink_limit::Unit;
 use crate::control::unexplained::UnexplainedFailures;
 use crate::record::{DeadLetter, Position, Row};
 use crate::shutdown::Shutdown;
-use crate::sink::{Sink, WriteOutcome};
+use crate::sink::{ItemOutcome, Sink, WriteOutcome};
 use crate::stats::Stats;
-use crate::telemetry::metrics::{REQUESTS, WRITE_SECONDS};
+use crate::telemetry::metrics::{ITEMS, REQUESTS, WRITE_SECONDS};
 
 /// After this many throttles in a row a batch may be larger than the sink ever takes at
 /// once (its burst): split it rather than livelock on it.
@@ -211,6 +211,8 @@ impl Delivery {
                     unexplained.written();
                     self.pressure
                         .written(inserted + duplicates, row_bytes(&piece.rows));
+                    metrics::counter!(ITEMS, "outcome" => "written").increment(inserted);
+                    metrics::counter!(ITEMS, "outcome" => "duplicate").increment(duplicates);
                     Stats::add(&self.stats.written, inserted);
                     Stats::add(&self.stats.duplicates, duplicates);
                 }
@@ -221,6 +223,8 @@ impl Delivery {
                 } => {
                     Stats::add(&self.stats.throttled, 1);
                     Stats::add(&self.stats.retries, 1);
+                    metrics::counter!(ITEMS, "outcome" => "throttled")
+                        .increment(piece.rows.len() as u64);
                     piece.retry = true;
                     tracing::debug!(
                         rows = piece.rows.len(),
@@ -339,6 +343,116 @@ impl Delivery {
                         }));
                     }
                 }
+                WriteOutcome::Items {
+                    items,
+                    retry_after,
+                    unit,
+                } => {
+                    if items.len() != piece.rows.len() {
+                        return Err(FatalSinkError(format!(
+                            "the sink answered {} items for {} records: which were written cannot be told",
+                            items.len(),
+                            piece.rows.len()
+                        )));
+                    }
+                    let sent = piece.rows.len();
+                    let attempts = piece.attempts + 1;
+                    let mut taken = Vec::new();
+                    let (mut inserted, mut duplicates) = (0, 0);
+                    let (mut throttled, mut failed) = (Vec::new(), Vec::new());
+                    let (mut throttle_reason, mut fail_reason) = (None, None);
+                    for (row, item) in piece.rows.into_iter().zip(items) {
+                        metrics::counter!(ITEMS, "outcome" => item.label()).increment(1);
+                        match item {
+                            ItemOutcome::Written => {
+                                inserted += 1;
+                                taken.push(row);
+                            }
+                            ItemOutcome::Duplicate => {
+                                duplicates += 1;
+                                taken.push(row);
+                            }
+                            ItemOutcome::Throttled(reason) => {
+                                throttle_reason.get_or_insert(reason);
+                                throttled.push(row);
+                            }
+                            ItemOutcome::Failed(reason) => {
+                                fail_reason.get_or_insert(reason);
+                                failed.push(row);
+                            }
+                            ItemOutcome::Rejected(reason) => {
+                                dead.push(DeadLetter::from_row(&row, reason, attempts));
+                            }
+                        }
+                    }
+                    if !taken.is_empty() {
+                        outage = 0;
+                        unexplained.written();
+                        self.pressure
+                            .written(inserted + duplicates, row_bytes(&taken));
+                        Stats::add(&self.stats.written, inserted);
+                        Stats::add(&self.stats.duplicates, duplicates);
+                    }
+                    if !throttled.is_empty() {
+                        Stats::add(&self.stats.throttled, 1);
+                        Stats::add(&self.stats.throttled_records, throttled.len() as u64);
+                        Stats::add(&self.stats.retries, 1);
+                        let share = throttled.len() as f64 / sent as f64;
+                        tracing::debug!(
+                            refused = throttled.len(),
+                            sent,
+                            "sink refused part of the batch for now: {}",
+                            throttle_reason.unwrap_or_default()
+                        );
+                        // Only the refused rows go again; the rest are settled. A sink that
+                        // took part of the batch takes batches of this size: no split.
+                        let outage =
+                            self.pressure
+                                .throttled_share(sent_at, retry_after, unit, share);
+                        todo.push(Piece {
+                            rows: throttled,
+                            attempts: piece.attempts,
+                            throttles: piece.throttles + u32::from(!outage),
+                            retry: true,
+                            unanswered: false,
+                            cut: false,
+                            outage,
+                        });
+                    }
+                    if !failed.is_empty() {
+                        let reason = fail_reason.unwrap_or_default();
+                        if attempts < self.max_attempts {
+                            Stats::add(&self.stats.retries, 1);
+                            let wait = self.backoff.delay(attempts, &mut rand::rng());
+                            tracing::warn!(
+                                records = failed.len(),
+                                attempt = attempts,
+                                ?wait,
+                                "sink failed some records, retrying them: {reason}"
+                            );
+                            if until(&mut stop, tokio::time::sleep(wait)).await.is_none() {
+                                return abandoned();
+                            }
+                            todo.push(Piece {
+                                rows: failed,
+                                attempts,
+                                throttles: 0,
+                                retry: true,
+                                unanswered: false,
+                                cut: false,
+                                outage: false,
+                            });
+                        } else {
+                            dead.extend(failed.iter().map(|r| {
+                                DeadLetter::from_row(
+                                    r,
+                                    format!("gave up after {attempts} attempts: {reason}"),
+                                    attempts,
+                                )
+                            }));
+                        }
+                    }
+                }
                 WriteOutcome::Fatal(reason) => return Err(FatalSinkError(reason)),
             }
         }
@@ -367,6 +481,11 @@ impl Delivery {
                     break Err(FatalSinkError(format!(
                         "cannot store dead letters: {reason}"
                     )));
+                }
+                WriteOutcome::Items { .. } => {
+                    break Err(FatalSinkError(
+                        "cannot store dead letters: the store took only some of them".into(),
+                    ));
                 }
                 WriteOutcome::Throttled { reason, .. }
                 | WriteOutcome::Unavailable(reason)
@@ -862,5 +981,160 @@ mod tests {
         assert_eq!(stats.dead_lettered.load(Relaxed), 1);
         assert_eq!(stats.dead_letter_outages.load(Relaxed), 0);
         assert_eq!(sink.dead.lock().unwrap().len(), 1);
+    }
+
+    /// Answers record by record, as a bulk API does: takes at most `room` records per write
+    /// and refuses the rest for now; rejects rows marked "bad" for good; fails rows marked
+    /// "flaky" the first time and rows marked "down" every time.
+    #[derive(Default)]
+    struct ItemSink {
+        room: usize,
+        sent: Mutex<Vec<String>>,
+        refused: Mutex<Vec<String>>,
+        written: Mutex<Vec<String>>,
+        flaked: Mutex<Vec<String>>,
+        dead: Mutex<Vec<(String, String)>>,
+    }
+
+    #[async_trait]
+    impl Sink for ItemSink {
+        async fn write(&self, rows: &[Row]) -> WriteOutcome {
+            let mut room = self.room;
+            let items = rows
+                .iter()
+                .map(|r| {
+                    self.sent.lock().unwrap().push(r.key.clone());
+                    if r.payload.contains("bad") {
+                        return ItemOutcome::Rejected("mapper_parsing_exception: bad".into());
+                    }
+                    if r.payload.contains("down") {
+                        return ItemOutcome::Failed("HTTP 503 for this item".into());
+                    }
+                    let mut flaked = self.flaked.lock().unwrap();
+                    if r.payload.contains("flaky") && !flaked.contains(&r.key) {
+                        flaked.push(r.key.clone());
+                        return ItemOutcome::Failed("HTTP 500 for this item".into());
+                    }
+                    if room == 0 {
+                        self.refused.lock().unwrap().push(r.key.clone());
+                        return ItemOutcome::Throttled("es_rejected_execution_exception".into());
+                    }
+                    room -= 1;
+                    let mut written = self.written.lock().unwrap();
+                    if written.contains(&r.key) {
+                        ItemOutcome::Duplicate
+                    } else {
+                        written.push(r.key.clone());
+                        ItemOutcome::Written
+                    }
+                })
+                .collect();
+            WriteOutcome::from_items(items, None, None)
+        }
+        async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
+            self.dead.lock().unwrap().extend(
+                letters
+                    .iter()
+                    .map(|l| (l.key.clone().unwrap_or_default(), l.reason.clone())),
+            );
+            WriteOutcome::Written {
+                inserted: letters.len() as u64,
+                duplicates: 0,
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_items_refused_go_again_and_the_batch_settles_at_item_granularity() {
+        let sink = Arc::new(ItemSink {
+            room: 30,
+            ..Default::default()
+        });
+        let stats = Arc::new(Stats::default());
+        let retry = RetryConfig {
+            max_attempts: 3,
+            ..RetryConfig::default()
+        };
+        let d = Delivery::new(sink.clone(), &retry, stats.clone());
+        let mut rows = rows_marked(100, &[3, 50], "bad");
+        rows[10].payload = r#"{"flaky":1}"#.into();
+        rows[77].payload = r#"{"down":1}"#.into();
+        let positions = vec![Position {
+            lane: 0,
+            start: 0,
+            end: 100,
+        }];
+        let acked = d
+            .deliver(Batch {
+                rows,
+                dead: vec![],
+                positions: positions.clone(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(acked, positions);
+
+        let mut written = sink.written.lock().unwrap().clone();
+        written.sort();
+        let mut expected: Vec<String> = (0..100)
+            .filter(|i| ![3, 50, 77].contains(i))
+            .map(|i| format!("k{i}"))
+            .collect();
+        expected.sort();
+        assert_eq!(written, expected, "every good record once");
+        let dead = sink.dead.lock().unwrap().clone();
+        let dead_keys: Vec<&str> = dead.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(dead_keys, ["k3", "k50", "k77"]);
+        assert_eq!(dead[0].1, "mapper_parsing_exception: bad");
+        assert_eq!(
+            dead[2].1,
+            "gave up after 3 attempts: HTTP 503 for this item"
+        );
+
+        // Nothing taken was sent again: every send beyond the first of each record answers
+        // a refusal, a failure, or the record that never works.
+        let sent = sink.sent.lock().unwrap().len();
+        let refused = sink.refused.lock().unwrap().len();
+        assert_eq!(
+            sent,
+            100 + refused + 1 + 2,
+            "{sent} sent, {refused} refused"
+        );
+        assert!(refused >= 60, "three writes at most 30 each: {refused}");
+        assert_eq!(stats.written.load(Relaxed), 97);
+        assert_eq!(stats.duplicates.load(Relaxed), 0);
+        assert_eq!(stats.dead_lettered.load(Relaxed), 3);
+        assert_eq!(stats.throttled_records.load(Relaxed), refused as u64);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_that_does_not_match_the_batch_acknowledges_nothing() {
+        struct Short;
+        #[async_trait]
+        impl Sink for Short {
+            async fn write(&self, _: &[Row]) -> WriteOutcome {
+                WriteOutcome::from_items(
+                    vec![ItemOutcome::Written, ItemOutcome::Throttled("429".into())],
+                    None,
+                    None,
+                )
+            }
+            async fn dead_letter(&self, _: &[DeadLetter]) -> WriteOutcome {
+                unreachable!()
+            }
+        }
+        let d = Delivery::new(
+            Arc::new(Short),
+            &RetryConfig::default(),
+            Arc::new(Stats::default()),
+        );
+        let err = d
+            .deliver(Batch {
+                rows: rows(3, &[]),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert!(err.0.contains("2 items for 3 records"), "{err}");
     }
 }

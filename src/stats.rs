@@ -15,6 +15,8 @@ pub struct Stats {
     pub duplicates: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub throttled: AtomicU64,
+    /// Records a sink answering record by record refused for now (and were sent again).
+    pub throttled_records: AtomicU64,
     pub retries: AtomicU64,
     /// Rows sent again after a write that got no answer.
     pub resent_unanswered: AtomicU64,
@@ -191,6 +193,7 @@ impl Stats {
             dead_lettered: self.dead_lettered.load(Relaxed),
             duplicates: self.duplicates.load(Relaxed),
             throttled: self.throttled.load(Relaxed),
+            throttled_records: self.throttled_records.load(Relaxed),
             retries: self.retries.load(Relaxed),
             resent_unanswered: self.resent_unanswered.load(Relaxed),
             write_p50_ms: self.write_latency.quantile(0.5).map(ms),
@@ -214,6 +217,9 @@ pub struct Summary {
     pub duplicates: u64,
     /// Writes the sink answered with "slow down".
     pub throttled: u64,
+    /// Records a bulk answer refused for now and that were sent again alone (the rest of
+    /// their request was taken).
+    pub throttled_records: u64,
     /// Writes repeated after a transient failure or a throttle.
     pub retries: u64,
     /// Rows sent again after a write that got no answer (timed out, cut short, reset,

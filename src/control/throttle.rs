@@ -38,6 +38,11 @@ pub struct Signal {
     /// When the throttled request was sent.
     pub sent_at: Duration,
     pub retry_after: Option<Duration>,
+    /// The share of the request's records the sink refused: 1.0 for a whole-request
+    /// throttle, less when a bulk answer refused some items and took the rest. A backoff
+    /// pause (no Retry-After) is that share of the full one: refusing one item in a
+    /// hundred is not a reason to stop the worker as long as refusing all of them.
+    pub share: f64,
 }
 
 /// What a signal changed.
@@ -102,7 +107,11 @@ impl Throttle {
             None if self.last_backoff_at.is_none_or(|at| s.sent_at >= at) => {
                 self.streak += 1;
                 self.last_backoff_at = Some(s.now);
-                let wait = self.params.backoff.half_jitter(self.streak, rng);
+                let wait = self
+                    .params
+                    .backoff
+                    .half_jitter(self.streak, rng)
+                    .mul_f64(s.share.clamp(0.0, 1.0));
                 self.pause(s.now, s.now + wait);
             }
             // An echo of a signal already acted on: its pause is in force, or was.
@@ -153,6 +162,7 @@ mod tests {
             now,
             sent_at,
             retry_after: None,
+            share: 1.0,
         }
     }
 
@@ -270,5 +280,35 @@ mod tests {
         // Lower bounds of the pauses: 0.1, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4 s — at most
         // eight rounds start within ten seconds.
         assert!(requests <= 4 * 8, "{requests} requests");
+    }
+
+    #[test]
+    fn a_partly_refused_request_pauses_for_its_share_of_the_backoff() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut whole = throttle();
+        let full = whole.on_throttle(signal(ms(1000), ms(990)), &mut rng);
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut part = throttle();
+        let tenth = part.on_throttle(
+            Signal {
+                share: 0.1,
+                ..signal(ms(1000), ms(990))
+            },
+            &mut rng,
+        );
+        let full = full.paused_until - ms(1000);
+        let tenth = tenth.paused_until - ms(1000);
+        assert!(full >= ms(50), "{full:?}");
+        assert_eq!(tenth, full.mul_f64(0.1));
+        // A Retry-After is the sink's word: kept whole whatever the share.
+        let mut part = throttle();
+        let waited = part.on_throttle(
+            Signal {
+                share: 0.1,
+                ..after(ms(1000), ms(990), ms(400))
+            },
+            &mut rng,
+        );
+        assert!(waited.paused_until >= ms(1400), "{waited:?}");
     }
 }

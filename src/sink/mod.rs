@@ -51,6 +51,45 @@ pub enum WriteOutcome {
     /// split to find out; a row is dead-lettered only if it fails alone and a write
     /// without it succeeds, otherwise the worker stops.
     Unexplained(String),
+    /// The sink took part of the batch and answered record by record (a bulk API's 200
+    /// with per-item statuses): one [`ItemOutcome`] per row, in the batch's order. Only the
+    /// rows not taken are sent again. Built by [`WriteOutcome::from_items`], so it always
+    /// holds at least one row that was not written.
+    Items {
+        items: Vec<ItemOutcome>,
+        /// The wait the answer asked for, if any (bulk APIs rarely give one per item).
+        retry_after: Option<Duration>,
+        unit: Option<Unit>,
+    },
+}
+
+/// How one record of a batch went, when the sink answers record by record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ItemOutcome {
+    Written,
+    /// The key was already there (a `create` answered 409).
+    Duplicate,
+    /// Refused for now (a full write queue, a 429 for this record): sent again, and
+    /// counted as push-back in proportion to the share of the batch refused.
+    Throttled(String),
+    /// Failed in a way that may pass (a 5xx for this record): retried with backoff, and
+    /// dead-lettered after `retry.max_attempts`.
+    Failed(String),
+    /// Refused for good (a mapping or parsing error): dead-lettered with the reason.
+    Rejected(String),
+}
+
+impl ItemOutcome {
+    /// The outcome's name, for `sluice_sink_items_total{outcome}`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ItemOutcome::Written => "written",
+            ItemOutcome::Duplicate => "duplicate",
+            ItemOutcome::Throttled(_) => "throttled",
+            ItemOutcome::Failed(_) => "failed",
+            ItemOutcome::Rejected(_) => "rejected",
+        }
+    }
 }
 
 impl WriteOutcome {
@@ -64,6 +103,32 @@ impl WriteOutcome {
             WriteOutcome::Rejected { .. } => "rejected",
             WriteOutcome::Fatal(_) => "fatal",
             WriteOutcome::Unexplained(_) => "unexplained",
+            WriteOutcome::Items { .. } => "partial",
+        }
+    }
+
+    /// The answer of a sink that speaks record by record: `Written` when every record was
+    /// written or a duplicate, else `Items`.
+    pub fn from_items(
+        items: Vec<ItemOutcome>,
+        retry_after: Option<Duration>,
+        unit: Option<Unit>,
+    ) -> WriteOutcome {
+        let taken = |i: &ItemOutcome| matches!(i, ItemOutcome::Written | ItemOutcome::Duplicate);
+        if items.iter().all(taken) {
+            let duplicates = items
+                .iter()
+                .filter(|i| **i == ItemOutcome::Duplicate)
+                .count() as u64;
+            return WriteOutcome::Written {
+                inserted: items.len() as u64 - duplicates,
+                duplicates,
+            };
+        }
+        WriteOutcome::Items {
+            items,
+            retry_after,
+            unit,
         }
     }
 
@@ -74,7 +139,8 @@ impl WriteOutcome {
             WriteOutcome::Throttled { .. }
                 | WriteOutcome::Unavailable(_)
                 | WriteOutcome::Transient(_)
-        )
+        ) || matches!(self, WriteOutcome::Items { items, .. }
+            if items.iter().any(|i| matches!(i, ItemOutcome::Throttled(_) | ItemOutcome::Failed(_))))
     }
 }
 

@@ -13,6 +13,7 @@ use crate::stats::Stats;
 
 pub const WRITE_SECONDS: &str = "sluice_sink_write_duration_seconds";
 pub const REQUESTS: &str = "sluice_sink_requests_total";
+pub const ITEMS: &str = "sluice_sink_items_total";
 pub const ENDPOINT_REQUESTS: &str = "sluice_endpoint_requests_total";
 pub const ENDPOINT_LATENCY: &str = "sluice_endpoint_latency_seconds";
 pub const ENDPOINT_UP: &str = "sluice_endpoint_up";
@@ -52,6 +53,10 @@ fn describe() {
     describe_counter!(
         "sluice_records_duplicates_total",
         "Records whose key was already in the sink."
+    );
+    describe_counter!(
+        ITEMS,
+        "Records the sink answered for, by outcome: written, duplicate, throttled (refused for now, sent again), failed (retried), rejected (dead-lettered)."
     );
     describe_counter!(
         "sluice_throttle_events_total",
