@@ -32,6 +32,7 @@ impl Sinks {
                     knee: 1_000,
                     factor: 2.0,
                     k: 10.0,
+                    ..LatencyModel::default()
                 };
                 Some(rt.block_on(SimSink::start(cfg)).unwrap())
             })

@@ -1,6 +1,8 @@
-//! Adaptive concurrency against the sink emulator with a latency knee: 50 ms up to 8
-//! concurrent requests, then doubling every 2 more. The real binary drains a file; the
-//! emulator counts what it accepted per 200 ms window.
+//! Adaptive concurrency through the real binary against the sink emulator: a hard
+//! concurrency limit that defers, and a latency knee (doubling per request past 2) that a
+//! limit starting high must not stall on. The real binary drains a file; the emulator
+//! counts what it accepted per 200 ms window. The algorithms' figures against Vector's
+//! scenarios are measured under a paused clock in `tests/concurrency_scenarios.rs`.
 
 mod common;
 
@@ -9,18 +11,12 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use sluice::sim_sink::latency::LatencyModel;
-use sluice::sim_sink::{SimSink, SimSinkConfig};
+use sluice::sim_sink::{Action, SimSink, SimSinkConfig};
 
 const BATCH: u64 = 20;
-/// Requests per second at the knee: 8 in flight, 50 ms each.
-const KNEE_REQUESTS: f64 = 8.0 / 0.050;
 
 struct Outcome {
     summary: serde_json::Value,
-    /// Records accepted per second over the second half of the run.
-    goodput: f64,
-    /// Records accepted in all.
-    accepted: u64,
     /// The longest time the sink took no record, from its first to its last.
     longest_gap: Duration,
     /// Records the sink took that it already had.
@@ -35,19 +31,8 @@ struct Sink {
     timeout: &'static str,
 }
 
-/// The sink the settling tests run against: a knee of 8, doubling every 2 more.
-const KNEE_8: Sink = Sink {
-    knee: 8,
-    k: 2.0,
-    timeout: "2s",
-};
-
 /// The runs measure real time on a small machine: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn drain(concurrency: &str, records: usize, time_limit: Duration) -> Outcome {
-    drain_into(&KNEE_8, concurrency, records, time_limit)
-}
 
 fn drain_into(sink: &Sink, concurrency: &str, records: usize, time_limit: Duration) -> Outcome {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -62,6 +47,7 @@ fn drain_into(sink: &Sink, concurrency: &str, records: usize, time_limit: Durati
         knee: sink.knee,
         factor: 2.0,
         k: sink.k,
+        ..LatencyModel::default()
     };
     let sim = rt.block_on(SimSink::start(cfg)).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -111,95 +97,78 @@ fn drain_into(sink: &Sink, concurrency: &str, records: usize, time_limit: Durati
         .max()
         .unwrap_or(0);
     let longest_gap = Duration::from_millis(longest_idle as u64 * window_ms);
-    let half = &busy[busy.len() / 2..busy.len().saturating_sub(1).max(busy.len() / 2)];
-    let goodput = half.iter().sum::<u64>() as f64 / (half.len().max(1) as f64 * 0.2);
-    let accepted = busy.iter().sum();
+    let accepted: u64 = busy.iter().sum();
     eprintln!(
-        "{concurrency:?}: {summary} goodput {goodput:.0} rec/s, {accepted} accepted, \
+        "{concurrency:?}: {summary} {accepted} accepted, \
          {sink_duplicates} already there, longest gap {longest_gap:?}"
     );
     Outcome {
         summary,
-        goodput,
-        accepted,
         longest_gap,
         sink_duplicates,
     }
 }
 
+/// Vector's "defers at high concurrency" through the real binary and HTTP: the emulator
+/// answers 429 (no Retry-After) to requests beyond 5 in progress, 20 ms each, so at most
+/// 250 requests per second. AIMD must find the limit and hold it: every record written
+/// once, few requests deferred, and the sink kept busy. (The control loop's figures are
+/// measured under a paused clock in `tests/concurrency_scenarios.rs`; this run checks the
+/// wiring, with generous bounds.)
 #[test]
-fn aimd_keeps_latency_under_target_and_the_sink_busy() {
+fn aimd_holds_a_hard_concurrency_limit_through_http() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let knee = KNEE_REQUESTS * BATCH as f64;
-    let aimd = drain(
-        "algorithm = \"aimd\"\nmax = 64\ninitial = 1\ntarget_latency = \"150ms\"\npercentile = 0.95\nwindow = 10",
-        40_000,
-        Duration::from_secs(60),
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut cfg = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0);
+    cfg.burst = 1_000_000;
+    cfg.latency = LatencyModel {
+        base: Duration::from_millis(20),
+        knee: u32::MAX,
+        ..LatencyModel::default()
+    };
+    cfg.concurrency_limit = Some((5, Action::Defer));
+    let sim = rt.block_on(SimSink::start(cfg)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let records = 3_000;
+    write_records(&dir.path().join("in.ndjson"), records, &[]);
+    std::fs::write(
+        dir.path().join("sluice.toml"),
+        format!(
+            "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n\
+             [sink]\nkind = \"http\"\nurl = \"{}\"\nkey = \"/id\"\nmax_batch = 5\ntimeout = \"2s\"\n\n\
+             [sink.dead_letters]\npath = \"dead.ndjson\"\n\n\
+             [rate]\nrecords_per_second = 1000000\n\n\
+             [concurrency]\nalgorithm = \"aimd\"\nmax = 64\ninitial = 1\ntarget_latency = \"40ms\"\n",
+            sim.ingest_url()
+        ),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), DRAIN);
+    let summary = summary(&out);
+    let stats = {
+        let _g = rt.enter();
+        sim.stats()
+    };
+    eprintln!(
+        "{summary}; sink: {} requests, {} deferred, most in progress {}",
+        stats.requests, stats.rejected, stats.max_concurrency
     );
-    assert_eq!(aimd.summary["written"], 40_000);
-    // AIMD must overshoot to find the target; past this knee one step up costs +41%, so
-    // the median holds the target and the tail stays within one step or two of it.
-    let p50 = aimd.summary["write_p50_ms"].as_f64().unwrap();
-    let p95 = aimd.summary["write_p95_ms"].as_f64().unwrap();
-    assert!(p50 <= 150.0, "aimd p50 {p50} ms");
-    assert!(p95 <= 300.0, "aimd p95 {p95} ms");
-    // Past the knee every extra request doubles the latency of all: with a 150 ms target
-    // the limit settles a little past it, and the sink still does most of its best.
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(summary["written"], records as u64);
+    assert_eq!(stats.inserted, records as u64);
     assert!(
-        aimd.goodput >= 0.5 * knee,
-        "aimd goodput {:.0} of {knee:.0}",
-        aimd.goodput
+        stats.rejected * 10 < stats.requests,
+        "{} of {} requests deferred",
+        stats.rejected,
+        stats.requests
     );
-
-    let tight = drain(
-        "algorithm = \"aimd\"\nmax = 64\ninitial = 1\ntarget_latency = \"60ms\"\npercentile = 0.95\nwindow = 10",
-        40_000,
-        Duration::from_secs(60),
-    );
-    // 86–88% measured on a quiet machine; the bound leaves room for a busy one.
-    assert!(
-        tight.goodput >= 0.75 * knee,
-        "aimd at 60 ms: goodput {:.0} of {knee:.0}",
-        tight.goodput
-    );
-
-    // 64 at once puts every request far past the knee: they time out at 2 s.
-    let fixed = drain(
-        "algorithm = \"fixed\"\nmax = 64",
-        40_000,
-        Duration::from_secs(8),
-    );
-    assert!(
-        (fixed.accepted as f64) < 0.2 * aimd.goodput * 8.0,
-        "fixed 64 accepted {} in 8 s, aimd takes {:.0}/s",
-        fixed.accepted,
-        aimd.goodput
-    );
-}
-
-#[test]
-fn vegas_and_gradient2_settle_without_collapsing_the_sink() {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let knee = KNEE_REQUESTS * BATCH as f64;
-    for algorithm in ["vegas", "gradient2"] {
-        let run = drain(
-            &format!("algorithm = \"{algorithm}\"\nmax = 64\ninitial = 1\nsmoothing = 0.3"),
-            30_000,
-            Duration::from_secs(60),
-        );
-        // Requests that time out (2 s) are sent again; the sink took some of them already.
-        let delivered =
-            run.summary["written"].as_u64().unwrap() + run.summary["duplicates"].as_u64().unwrap();
-        assert_eq!(delivered, 30_000, "{algorithm}");
-        assert_eq!(run.summary["dead_lettered"], 0, "{algorithm}");
-        let p95 = run.summary["write_p95_ms"].as_f64().unwrap();
-        assert!(p95 <= 2_000.0, "{algorithm} p95 {p95} ms");
-        assert!(
-            run.goodput >= 0.2 * knee,
-            "{algorithm} goodput {:.0} of {knee:.0}",
-            run.goodput
-        );
-    }
+    // 600 requests at up to 250/s take 2.4 s; a busy machine gets 5 × that.
+    let elapsed = summary["elapsed_s"].as_f64().unwrap();
+    assert!(elapsed < 12.0, "{elapsed} s");
 }
 
 /// Issue 25: gradient2 told to start at 32 against a sink whose latency doubles for every

@@ -48,6 +48,9 @@ pub struct SimStats {
     pub malformed: u64,
     /// Requests that met an outage (answered 503, or held until it ended).
     pub unavailable: u64,
+    /// Requests never answered: beyond the concurrency limit with `--drop-above`.
+    #[serde(default)]
+    pub dropped: u64,
     /// The most requests in progress at once.
     pub max_concurrency: u64,
     pub window_ms: u64,
@@ -110,6 +113,10 @@ impl Ledger {
 
     pub fn unavailable(&mut self) {
         self.stats.unavailable += 1;
+    }
+
+    pub fn dropped(&mut self) {
+        self.stats.dropped += 1;
     }
 
     pub fn malformed(&mut self) {

@@ -3,7 +3,8 @@
 //! `capacity` records, requests or body bytes per second (`unit`; a server-side token
 //! bucket of `burst` of them); a batch that does not fit is answered 429 with the time
 //! until it would; answers slow down
-//! exponentially beyond a knee of concurrent requests; an outage can be switched on; keys
+//! exponentially beyond a knee of concurrent requests, and beyond a hard concurrency limit
+//! requests can be deferred (429) or dropped (never answered); an outage can be switched on; keys
 //! are deduplicated; records carrying `reject_field` are refused (422) so the dead-letter
 //! path can be exercised. Also a library: [`SimSink::start`] on port 0 in tests.
 
@@ -12,6 +13,7 @@ pub mod latency;
 pub mod ledger;
 pub mod measure;
 pub mod outage;
+pub mod overload;
 mod server;
 mod tls;
 
@@ -27,6 +29,7 @@ pub use capacity::Unit;
 pub use latency::LatencyModel;
 pub use ledger::{SimStats, Window};
 pub use outage::OutageMode;
+pub use overload::{Action, Overload};
 
 /// How a 429 says when to come back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -53,6 +56,8 @@ pub struct SimSinkConfig {
     /// `unit`s the bucket holds: the most one request may cost.
     pub burst: u32,
     pub latency: LatencyModel,
+    /// More concurrent requests than this are deferred or dropped.
+    pub concurrency_limit: Option<(u32, Action)>,
     pub reject_field: Option<String>,
     pub retry_after: RetryAfterStyle,
 }
@@ -66,12 +71,8 @@ impl SimSinkConfig {
             unit: Unit::Records,
             capacity,
             burst: capacity.ceil().max(1.0) as u32,
-            latency: LatencyModel {
-                base: Duration::from_millis(5),
-                knee: 30,
-                factor: 2.0,
-                k: 10.0,
-            },
+            latency: LatencyModel::default(),
+            concurrency_limit: None,
             reject_field: None,
             retry_after: RetryAfterStyle::Millis,
         }
@@ -177,6 +178,7 @@ impl SimSink {
     /// then stand (a request answered during the stop counts).
     pub async fn stop(self) -> std::io::Result<SimStats> {
         let _ = self.stop.send(());
+        self.shared.release_dropped();
         self.task.await.map_err(std::io::Error::other)??;
         Ok(self.shared.ledger().stats())
     }
@@ -210,6 +212,20 @@ pub struct SimSinkArgs {
     /// …for every this many more concurrent requests.
     #[arg(long, default_value_t = 10.0)]
     latency_k: f64,
+    /// Each concurrent request beyond the first adds this share of `--latency` (a link
+    /// whose throughput does not grow with concurrency).
+    #[arg(long, default_value_t = 0.0)]
+    latency_linear: f64,
+    /// Adds an exponentially distributed time averaging this share of `--latency`.
+    #[arg(long, default_value_t = 0.0)]
+    jitter: f64,
+    /// Answer 429 (no Retry-After, after `--latency`) to requests beyond this many in
+    /// progress.
+    #[arg(long, value_name = "N", conflicts_with = "drop_above")]
+    defer_above: Option<u32>,
+    /// Never answer requests beyond this many in progress.
+    #[arg(long, value_name = "N")]
+    drop_above: Option<u32>,
     /// Refuse (422) any request holding a record with this top-level field.
     #[arg(long, value_name = "FIELD")]
     reject_field: Option<String>,
@@ -238,6 +254,12 @@ impl SimSinkArgs {
         if !(self.latency_k.is_finite() && self.latency_k > 0.0) {
             return Err("--latency-k must be positive".into());
         }
+        if !(self.latency_linear.is_finite() && self.latency_linear >= 0.0) {
+            return Err("--latency-linear must not be negative".into());
+        }
+        if !(self.jitter.is_finite() && self.jitter >= 0.0) {
+            return Err("--jitter must not be negative".into());
+        }
         let mut config = SimSinkConfig::new(self.listen, self.capacity);
         config.unit = self.unit;
         if let Some(burst) = self.burst {
@@ -248,6 +270,13 @@ impl SimSinkArgs {
             knee: self.knee,
             factor: self.latency_factor,
             k: self.latency_k,
+            linear: self.latency_linear,
+            jitter: self.jitter,
+        };
+        config.concurrency_limit = match (self.defer_above, self.drop_above) {
+            (Some(n), _) => Some((n, Action::Defer)),
+            (None, Some(n)) => Some((n, Action::Drop)),
+            (None, None) => None,
         };
         config.reject_field = self.reject_field.clone();
         config.retry_after = self.retry_after;

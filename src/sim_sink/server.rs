@@ -20,14 +20,17 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::capacity::{Capacity, Unit};
-use super::latency::LatencyModel;
 use super::ledger::{Ledger, SimStats};
 use super::outage::{Outage, OutageMode};
+use super::overload::{Answer, Overload};
 use super::{RetryAfterStyle, SimSinkConfig};
 
 pub struct Shared {
     started: Instant,
-    latency: LatencyModel,
+    overload: Overload,
+    /// Set when the emulator stops: requests it is not answering (dropped) end.
+    stopping: tokio::sync::watch::Sender<bool>,
+    rng: Mutex<rand::rngs::StdRng>,
     reject_field: Option<String>,
     retry_after: RetryAfterStyle,
     unit: Unit,
@@ -44,7 +47,12 @@ impl Shared {
     pub fn new(config: &SimSinkConfig) -> Self {
         Shared {
             started: Instant::now(),
-            latency: config.latency,
+            overload: Overload {
+                latency: config.latency,
+                limit: config.concurrency_limit,
+            },
+            stopping: tokio::sync::watch::Sender::new(false),
+            rng: Mutex::new(rand::make_rng()),
             reject_field: config.reject_field.clone(),
             retry_after: config.retry_after,
             unit: config.unit,
@@ -66,6 +74,12 @@ impl Shared {
 
     pub fn set_capacity(&self, rate: f64) {
         lock(&self.capacity).set_rate(rate, self.now());
+    }
+
+    /// Ends the requests held without an answer, so that a graceful stop is not kept
+    /// waiting by them.
+    pub fn release_dropped(&self) {
+        self.stopping.send_replace(true);
     }
 
     pub fn set_outage(&self, length: Duration, mode: OutageMode) {
@@ -96,7 +110,7 @@ impl Drop for InProgress<'_> {
 
 async fn ingest(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
     let concurrency = s.in_progress.fetch_add(1, Relaxed) + 1;
-    let _in_progress = InProgress(&s.in_progress);
+    let in_progress = InProgress(&s.in_progress);
     let now = s.now();
     s.ledger().request(now, concurrency);
 
@@ -133,6 +147,27 @@ async fn ingest(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
         }
     }
 
+    let answer = s.overload.answer(concurrency as u32, &mut *lock(&s.rng));
+    match answer {
+        Answer::Take(_) => {}
+        Answer::Defer(delay) => {
+            s.ledger().throttled(now, n);
+            tokio::time::sleep(delay).await;
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many requests in progress",
+            )
+                .into_response();
+        }
+        Answer::Drop => {
+            // As in Vector's harness, a request the sink ignores no longer loads it.
+            drop(in_progress);
+            s.ledger().dropped();
+            let mut stopping = s.stopping.subscribe();
+            let _ = stopping.wait_for(|stop| *stop).await;
+            return (StatusCode::SERVICE_UNAVAILABLE, "stopping").into_response();
+        }
+    }
     let verdict = lock(&s.capacity).try_take(s.unit.cost(n, bytes), now);
     if let Err(wait) = verdict {
         s.ledger().throttled(now, n);
@@ -141,7 +176,9 @@ async fn ingest(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
     let keys = items.iter().map(|i| i.key.as_str());
     let (inserted, duplicates) = s.ledger().accept(now, bytes, keys);
     // Stored before the answer: a client that gives up waiting has still written.
-    tokio::time::sleep(s.latency.delay(concurrency as u32)).await;
+    if let Answer::Take(delay) = answer {
+        tokio::time::sleep(delay).await;
+    }
     Json(json!({"inserted": inserted, "duplicates": duplicates})).into_response()
 }
 
