@@ -167,12 +167,10 @@ impl Pipeline {
                     break;
                 }
                 if allowance > 0 {
+                    // The bucket may be short now and fill within the tick: what is left of
+                    // the tick's allowance is taken as it accrues, whenever a slot is free.
                     let granted = self.cadence.take(allowance.min(u64::from(u32::MAX)) as u32);
-                    allowance = if granted == 0 {
-                        0
-                    } else {
-                        allowance - u64::from(granted)
-                    };
+                    allowance -= u64::from(granted);
                     banked += u64::from(granted);
                 }
                 // A batch larger than a tick's grant (requests bind) waits until the grants
@@ -280,7 +278,26 @@ impl Pipeline {
                     None => std::future::pending().await,
                 }
             };
+            // A slot is free and the tick's allowance is not spent, but the bucket was short:
+            // wake when it holds a batch, rather than at the next tick.
+            let refill_at = (!stopping
+                && allowance > 0
+                && in_flight.len() < self.max_in_flight()
+                && self.cadence.rate() > 0.0
+                && !self.pressure.is_paused())
+            .then(|| {
+                let batch = allowance.min(self.options.max_batch as u64);
+                let need = batch.saturating_sub(banked).max(1) as f64;
+                Instant::now() + Duration::from_secs_f64(need / self.cadence.rate())
+            });
+            let refill = async {
+                match refill_at {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                _ = refill => {}
                 _ = ticker.tick(), if !stopping => {
                     // A paused tick sends nothing fresh: its allowance pays off what the
                     // retries owe, so a long pause leaves no debt to starve the ticks after.

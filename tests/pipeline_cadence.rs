@@ -373,3 +373,30 @@ async fn a_worker_granted_nothing_still_watches_its_source() {
     let summary = run.await.unwrap().unwrap();
     assert_eq!(summary.written, 100);
 }
+
+/// A batch slot that frees is refilled at once while the cadence holds tokens, not at the
+/// next tick; and where the cadence binds, no 200 ms window gets more than its quantum.
+/// Batches of 10 taking 70 ms (not a divisor of the tick), 4 slots: at most 571 rec/s.
+#[tokio::test(start_paused = true)]
+async fn freed_slots_are_refilled_at_once_while_tokens_allow() {
+    let latency = Duration::from_millis(70);
+    let (p, sink, _) = pipeline(1_000.0, 2_000, latency, 4, 10);
+    p.run(shutdown::channel().1).await.unwrap();
+    let writes = sink.writes.lock().unwrap().clone();
+    let first = writes.first().unwrap().0;
+    let span = writes.last().unwrap().0 + latency - first;
+    let busy = latency * writes.len() as u32;
+    let share = busy.as_secs_f64() / (span.as_secs_f64() * 4.0);
+    eprintln!("slots busy {:.2}% of the time", share * 100.0);
+    assert!(share > 0.99, "slots busy {:.1}% of the time", share * 100.0);
+
+    // 300 rec/s: the cadence binds, 60 records per window at most.
+    let (p, sink, _) = pipeline(300.0, 1_200, latency, 4, 10);
+    p.run(shutdown::channel().1).await.unwrap();
+    let windows = per_window(&sink);
+    assert!(windows.iter().all(|&n| n <= 60), "{windows:?}");
+    assert!(
+        windows[1..windows.len() - 1].iter().all(|&n| n == 60),
+        "{windows:?}"
+    );
+}
