@@ -492,7 +492,7 @@ pub struct ConcurrencyConfig {
     pub target_latency: Duration,
     /// aimd: the percentile of the window judged (0.95 = p95).
     pub percentile: f64,
-    /// aimd: samples per judgement.
+    /// aimd: samples per judgement (at least `2 / (1 − percentile)`: 40 at p95).
     pub window: usize,
     /// aimd: added while under target and used; multiplied by on a miss or a drop.
     pub increase: f64,

@@ -34,7 +34,12 @@ struct Sink {
 /// The runs measure real time on a small machine: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn drain_into(sink: &Sink, concurrency: &str, records: usize, time_limit: Duration) -> Outcome {
+/// The emulator on its own one-thread runtime, taking any rate, answering per `latency`;
+/// `tune` adjusts the rest of its configuration.
+fn start_sim(
+    latency: LatencyModel,
+    tune: impl FnOnce(&mut SimSinkConfig),
+) -> (tokio::runtime::Runtime, SimSink) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -42,14 +47,21 @@ fn drain_into(sink: &Sink, concurrency: &str, records: usize, time_limit: Durati
         .unwrap();
     let mut cfg = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0);
     cfg.burst = 1_000_000;
-    cfg.latency = LatencyModel {
+    cfg.latency = latency;
+    tune(&mut cfg);
+    let sim = rt.block_on(SimSink::start(cfg)).unwrap();
+    (rt, sim)
+}
+
+fn drain_into(sink: &Sink, concurrency: &str, records: usize, time_limit: Duration) -> Outcome {
+    let latency = LatencyModel {
         base: Duration::from_millis(50),
         knee: sink.knee,
         factor: 2.0,
         k: sink.k,
         ..LatencyModel::default()
     };
-    let sim = rt.block_on(SimSink::start(cfg)).unwrap();
+    let (rt, sim) = start_sim(latency, |_| {});
     let dir = tempfile::tempdir().unwrap();
     write_records(&dir.path().join("in.ndjson"), records, &[]);
     std::fs::write(
@@ -118,20 +130,14 @@ fn drain_into(sink: &Sink, concurrency: &str, records: usize, time_limit: Durati
 #[test]
 fn aimd_holds_a_hard_concurrency_limit_through_http() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut cfg = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0);
-    cfg.burst = 1_000_000;
-    cfg.latency = LatencyModel {
+    let latency = LatencyModel {
         base: Duration::from_millis(20),
         knee: u32::MAX,
         ..LatencyModel::default()
     };
-    cfg.concurrency_limit = Some((5, Action::Defer));
-    let sim = rt.block_on(SimSink::start(cfg)).unwrap();
+    let (rt, sim) = start_sim(latency, |cfg| {
+        cfg.concurrency_limit = Some((5, Action::Defer))
+    });
     let dir = tempfile::tempdir().unwrap();
     let records = 3_000;
     write_records(&dir.path().join("in.ndjson"), records, &[]);
