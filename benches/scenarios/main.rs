@@ -8,7 +8,9 @@
 //! plots go to `target/scenarios/`. Under `cargo test` it runs a small smoke variant and
 //! checks its results, so the bench cannot silently rot.
 //!
-//! `SLUICE_BENCH_CEILING_RECORDS` changes the ceilings' backlog.
+//! `SLUICE_BENCH_CEILING_RECORDS` changes the ceilings' backlog. To compare two builds of
+//! sluice in one session, `SLUICE_BENCH_STRATEGIES=sluice,sluice-4x` runs only those
+//! strategies (and no ceilings) and `SLUICE_BENCH_SLUICE=path` drains with that binary.
 
 mod ceilings;
 mod limit;
@@ -38,6 +40,8 @@ struct Mode {
     /// Units whose scenario also runs with an outage.
     outage_units: &'static [&'static str],
     ceiling_records: usize,
+    /// The strategies to run: all, or those `SLUICE_BENCH_STRATEGIES` names.
+    strategies: Vec<Strategy>,
 }
 
 impl Mode {
@@ -54,6 +58,7 @@ impl Mode {
                 .ok()
                 .map(|v| v.parse().expect("SLUICE_BENCH_CEILING_RECORDS is a number"))
                 .unwrap_or(100_000),
+            strategies: Strategy::chosen(),
         }
     }
 
@@ -70,6 +75,7 @@ impl Mode {
             outage: Duration::from_secs(2),
             outage_units: &["records"],
             ceiling_records: 2_000,
+            strategies: Strategy::ALL.to_vec(),
         }
     }
 
@@ -118,7 +124,7 @@ fn main() {
         let name = setup.limit.name();
         let drains: Vec<Run> = runtime.block_on(async {
             let mut runs = Vec::new();
-            for s in Strategy::ALL {
+            for &s in &mode.strategies {
                 runs.push(scenario::run(s, input, *setup).await);
             }
             runs
@@ -141,7 +147,7 @@ fn main() {
                 outage: Some(mode.outage),
                 ..*setup
             };
-            let outages = runtime.block_on(outage_runs(input, setup));
+            let outages = runtime.block_on(outage_runs(&mode.strategies, input, setup));
             println!(
                 "Outage, {name}-limited: {} s of 503 once a third of the backlog has landed.\n\n{}",
                 mode.outage.as_secs(),
@@ -166,11 +172,13 @@ fn main() {
         checked.push((drains, outages, plots));
     }
 
-    let ceilings = ceilings::measure(mode.ceiling_records, mode.smoke);
-    println!(
-        "## Throughput ceilings, limits off\n\n{}",
-        ceilings::table(&ceilings)
-    );
+    if mode.strategies.len() == Strategy::ALL.len() {
+        let ceilings = ceilings::measure(mode.ceiling_records, mode.smoke);
+        println!(
+            "## Throughput ceilings, limits off\n\n{}",
+            ceilings::table(&ceilings)
+        );
+    }
     println!("Bench time: {:.0} s", started.elapsed().as_secs_f64());
     if mode.smoke {
         for (drains, outages, plots) in &checked {
@@ -253,10 +261,14 @@ fn capitalized(s: &str) -> String {
 
 /// The naive strategy alone (it keeps both cores busy while the sink is down), then the
 /// others together: their load is small, and one at a time would take minutes.
-async fn outage_runs(input: &Path, setup: Setup) -> Vec<Run> {
-    let mut runs = vec![scenario::run(Strategy::Naive, input, setup).await];
-    let rest = Strategy::ALL[1..]
+async fn outage_runs(strategies: &[Strategy], input: &Path, setup: Setup) -> Vec<Run> {
+    let mut runs = Vec::new();
+    if strategies.contains(&Strategy::Naive) {
+        runs.push(scenario::run(Strategy::Naive, input, setup).await);
+    }
+    let rest = strategies
         .iter()
+        .filter(|&&s| s != Strategy::Naive)
         .map(|&s| scenario::run(s, input, setup));
     runs.extend(futures::future::join_all(rest).await);
     runs

@@ -98,10 +98,12 @@ fn vm_hwm_kib(status: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// The `sluice` binary of this build, with none of the caller's `SLUICE_*` variables
-/// leaking into its configuration.
+/// The `sluice` binary of this build (or `SLUICE_BENCH_SLUICE`), with none of the
+/// caller's `SLUICE_*` variables leaking into its configuration.
 pub fn sluice() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    let bin = std::env::var_os("SLUICE_BENCH_SLUICE")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_sluice").into());
+    let mut cmd = Command::new(bin);
     for (name, _) in std::env::vars() {
         if name.starts_with("SLUICE_") {
             cmd.env_remove(name);

@@ -80,6 +80,20 @@ impl Strategy {
         }
     }
 
+    /// Those `SLUICE_BENCH_STRATEGIES` names (comma-separated), or all.
+    pub fn chosen() -> Vec<Strategy> {
+        match std::env::var("SLUICE_BENCH_STRATEGIES") {
+            Ok(names) => names
+                .split(',')
+                .map(|n| {
+                    Strategy::from_name(n.trim())
+                        .unwrap_or_else(|| panic!("SLUICE_BENCH_STRATEGIES: no strategy {n:?}"))
+                })
+                .collect(),
+            Err(_) => Strategy::ALL.to_vec(),
+        }
+    }
+
     fn from_name(name: &str) -> Option<Strategy> {
         Strategy::ALL.into_iter().find(|s| s.name() == name)
     }
