@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
 use crate::control::retry_budget::RetryBudget;
-use crate::control::sink_limit::{BatchShape, LimitParams, Plan, SinkLimit, Unit};
+use crate::control::sink_limit::{BatchShape, LimitParams, Plan, Refused, SinkLimit, Unit};
 use crate::control::throttle::{Signal, Throttle, ThrottleParams};
 use crate::stats::Stats;
 
@@ -172,15 +172,10 @@ impl Backpressure {
         }
     }
 
-    /// A write sent at `sent_at` was throttled; `unit` when the sink said what it counts.
-    /// True when this makes an outage (throttles without Retry-After, nothing written).
-    pub fn throttled(
-        &self,
-        sent_at: Duration,
-        retry_after: Option<Duration>,
-        unit: Option<Unit>,
-    ) -> bool {
-        self.throttled_share(sent_at, retry_after, unit, 1.0)
+    /// `write` was throttled. True when this makes an outage (throttles without
+    /// Retry-After, nothing written).
+    pub fn throttled(&self, write: Refused) -> bool {
+        self.throttled_share(write, 1.0)
     }
 
     /// As [`Backpressure::throttled`], for a write of which the sink refused only `share`
@@ -188,14 +183,13 @@ impl Backpressure {
     /// [`Backpressure::written`]. What the sink took is what the limit learns from, so the
     /// cut follows the share refused; a pause without Retry-After is that share of the
     /// full backoff.
-    pub fn throttled_share(
-        &self,
-        sent_at: Duration,
-        retry_after: Option<Duration>,
-        unit: Option<Unit>,
-        share: f64,
-    ) -> bool {
+    pub fn throttled_share(&self, write: Refused, share: f64) -> bool {
         let now = self.now();
+        let Refused {
+            sent_at,
+            retry_after,
+            ..
+        } = write;
         let mut state = self.lock();
         let before = state.throttle.paused_until();
         let signal = Signal {
@@ -215,7 +209,7 @@ impl Backpressure {
             limit.on_outage();
         } else {
             let binding = limit.binding();
-            limit.on_throttle(now, sent_at, reaction.fresh, retry_after, unit);
+            limit.on_throttle(now, reaction.fresh, write);
             if reaction.fresh {
                 tracing::debug!(
                     records = ?limit.limit(Unit::Records),
@@ -329,7 +323,13 @@ mod tests {
         assert_eq!(p.clear_to_send().await, Duration::ZERO);
         tokio::time::advance(Duration::from_millis(500)).await;
         p.written(200, 20_000);
-        p.throttled(p.now(), Some(Duration::from_secs(2)), None);
+        p.throttled(Refused {
+            sent_at: p.now(),
+            retry_after: Some(Duration::from_secs(2)),
+            hint: None,
+            records: 100,
+            bytes: 10_000,
+        });
         assert!(p.is_paused());
         let started = Instant::now();
         let sent_at = p.clear_to_send().await;
@@ -360,7 +360,13 @@ mod tests {
             tokio::time::advance(Duration::from_millis(100)).await;
             p.written(100, 10_000);
         }
-        p.throttled(p.now(), Some(Duration::ZERO), Some(Unit::Requests));
+        p.throttled(Refused {
+            sent_at: p.now(),
+            retry_after: Some(Duration::ZERO),
+            hint: Some(Unit::Requests),
+            records: 100,
+            bytes: 10_000,
+        });
         // Ten requests in a second, 70% of that learned (a first push-back): 6.79
         // requests/s held, 1,000 rec/s in batches of 148 rather than one of 20 every 20 ms.
         let fine = Duration::from_millis(20);

@@ -14,7 +14,7 @@ use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
 use crate::control::limit::fixed::FixedLimit;
 use crate::control::limit::gate::LimitGate;
-use crate::control::sink_limit::Unit;
+use crate::control::sink_limit::{Refused, Unit};
 use crate::control::unexplained::UnexplainedFailures;
 use crate::record::{DeadLetter, Position, Row};
 use crate::shutdown::Shutdown;
@@ -232,7 +232,13 @@ impl Delivery {
                         "sink throttled: {reason}"
                     );
                     // The worker-wide pause this sets is waited out before the next write.
-                    piece.outage = self.pressure.throttled(sent_at, retry_after, unit);
+                    piece.outage = self.pressure.throttled(Refused {
+                        sent_at,
+                        retry_after,
+                        hint: unit,
+                        records: piece.rows.len() as u64,
+                        bytes: row_bytes(&piece.rows),
+                    });
                     if !piece.outage {
                         piece.throttles += 1;
                     }
@@ -406,9 +412,16 @@ impl Delivery {
                         );
                         // Only the refused rows go again; the rest are settled. A sink that
                         // took part of the batch takes batches of this size: no split.
-                        let outage =
-                            self.pressure
-                                .throttled_share(sent_at, retry_after, unit, share);
+                        let outage = self.pressure.throttled_share(
+                            Refused {
+                                sent_at,
+                                retry_after,
+                                hint: unit,
+                                records: throttled.len() as u64,
+                                bytes: row_bytes(&throttled),
+                            },
+                            share,
+                        );
                         todo.push(Piece {
                             rows: throttled,
                             attempts: piece.attempts,

@@ -35,6 +35,8 @@ struct Setup {
     max_batch: usize,
     record_bytes: u64,
     retry_after: bool,
+    /// Retry-After in whole seconds, rounded up, as HTTP's delay-seconds form has it.
+    whole_seconds: bool,
     /// The sink names its unit.
     hint: bool,
     /// 503s without Retry-After in `[from, to)`.
@@ -53,6 +55,7 @@ impl Setup {
             max_batch: 1000,
             record_bytes: 100,
             retry_after: true,
+            whole_seconds: false,
             hint: false,
             outage: None,
             run_for: secs(60),
@@ -173,8 +176,13 @@ fn drive(setup: Setup) -> Outcome {
             let answer = if down {
                 Err(None)
             } else {
-                sink.try_take(cost, now)
-                    .map_err(|wait| setup.retry_after.then_some(wait))
+                sink.try_take(cost, now).map_err(|wait| {
+                    setup.retry_after.then_some(if setup.whole_seconds {
+                        secs(wait.as_secs_f64().ceil().max(1.0) as u64)
+                    } else {
+                        wait
+                    })
+                })
             };
             match answer {
                 Ok(()) => {
@@ -199,7 +207,17 @@ fn drive(setup: Setup) -> Outcome {
                         limit.on_outage();
                     } else {
                         let hint = setup.hint.then_some(setup.unit);
-                        limit.on_throttle(now, now, reaction.fresh, retry_after, hint);
+                        limit.on_throttle(
+                            now,
+                            reaction.fresh,
+                            Refused {
+                                sent_at: now,
+                                retry_after,
+                                hint,
+                                records: n as u64,
+                                bytes: n as u64 * setup.record_bytes,
+                            },
+                        );
                     }
                 }
             }
@@ -239,13 +257,33 @@ fn requests_limited_sink_takes_larger_batches_at_the_asked_rate() {
 }
 
 #[test]
-fn bytes_limited_sink_at_four_times_over_ask() {
-    let setup = Setup::new(Unit::Bytes, 80_000.0, 3200.0);
+fn requests_limited_sink_answering_in_whole_seconds() {
+    let setup = Setup {
+        burst: 10,
+        tick: ms(20),
+        whole_seconds: true,
+        ..Setup::new(Unit::Requests, 20.0, 1000.0)
+    };
     let out = drive(setup);
-    report("bytes", &setup, &out);
-    assert!(out.rate(secs(30), secs(60)) >= 0.9 * setup.fits());
-    assert!(out.throttled_share() <= 0.03);
-    assert!(out.sent_per_delivered() <= 1.05);
+    report("requests, whole seconds", &setup, &out);
+    assert!(out.rate(secs(30), secs(60)) >= 900.0);
+    assert!(out.throttled_share() <= 0.05);
+    assert_eq!(out.binding, Some(Unit::Requests));
+}
+
+#[test]
+fn bytes_limited_sink_at_four_times_over_ask() {
+    for tick in [ms(20), WINDOW] {
+        let setup = Setup {
+            tick,
+            ..Setup::new(Unit::Bytes, 80_000.0, 3200.0)
+        };
+        let out = drive(setup);
+        report("bytes", &setup, &out);
+        assert!(out.rate(secs(30), secs(60)) >= 0.9 * setup.fits());
+        assert!(out.throttled_share() <= 0.03);
+        assert!(out.sent_per_delivered() <= 1.05);
+    }
 }
 
 #[test]
@@ -257,6 +295,18 @@ fn records_limited_sink_at_four_times_over_ask_is_held_not_sawn() {
     // each at four times the capacity (640 records and more).
     assert!(out.sent_per_delivered() <= 1.04);
     assert!(out.on_target(secs(3), setup.run_for, 800.0) >= 0.8);
+}
+
+#[test]
+fn records_limited_sink_at_four_times_over_ask_with_a_fine_tick() {
+    let setup = Setup {
+        tick: ms(20),
+        ..Setup::new(Unit::Records, 1000.0, 4000.0)
+    };
+    let out = drive(setup);
+    report("records 4x, 20 ms", &setup, &out);
+    assert!(out.sent_per_delivered() <= 1.03);
+    assert!(out.on_target(secs(3), setup.run_for, 1000.0) >= 0.8);
 }
 
 #[test]
@@ -278,6 +328,7 @@ fn after_a_30_s_outage_the_rate_is_back_within_2_s() {
         let out = drive(setup);
         report("outage", &setup, &out);
         let back = out.reached(secs(50), 0.9 * 800.0).expect("back");
+        eprintln!("asked {ceiling}: 90% of capacity in a window ending {back:?} after the outage");
         assert!(back <= secs(2), "asked {ceiling}: back after {back:?}");
     }
 }
@@ -293,6 +344,17 @@ fn a_named_unit_is_learned_without_an_experiment() {
     let out = drive(setup);
     report("requests, named", &setup, &out);
     assert!(out.rate(secs(30), secs(60)) >= 900.0);
+}
+
+/// A write of 50 records sent at 2 s, refused at once.
+fn refused(retry_after: Option<Duration>) -> Refused {
+    Refused {
+        sent_at: ms(2000),
+        retry_after,
+        hint: None,
+        records: 50,
+        bytes: 5000,
+    }
 }
 
 fn shape() -> BatchShape {
@@ -311,7 +373,7 @@ fn learned_from_a_first_429() -> SinkLimit {
     for i in 1..=20 {
         limit.on_written(ms(100 * i), 50, 5000);
     }
-    limit.on_throttle(ms(2000), ms(2000), true, Some(ms(10)), None);
+    limit.on_throttle(ms(2000), true, refused(Some(ms(10))));
     assert_eq!(limit.limit(Unit::Records), Some(350.0));
     limit
 }
@@ -351,7 +413,7 @@ fn a_throttle_without_retry_after_is_learned_only_once_a_write_succeeds() {
         limit.on_written(ms(100 * i), 50, 5000);
     }
     // A 503 without Retry-After: maybe overload, maybe the start of an outage.
-    limit.on_throttle(ms(2000), ms(2000), true, None, None);
+    limit.on_throttle(ms(2000), true, refused(None));
     assert_eq!(limit.limit(Unit::Records), None, "not yet");
     limit.on_outage();
     limit.on_written(ms(9000), 50, 5000);
@@ -365,7 +427,7 @@ fn a_throttle_without_retry_after_is_learned_only_once_a_write_succeeds() {
     for i in 1..=20 {
         limit.on_written(ms(100 * i), 50, 5000);
     }
-    limit.on_throttle(ms(2000), ms(2000), true, None, None);
+    limit.on_throttle(ms(2000), true, refused(None));
     limit.on_written(ms(2100), 50, 5000);
     assert_eq!(limit.limit(Unit::Records), Some(350.0));
 }
@@ -390,4 +452,19 @@ fn a_probe_raises_the_limit_when_the_sink_takes_it() {
     let after = limit.plan(ms(13_000), 2000.0, shape()).records_per_second;
     assert!((after - 0.97 * 367.5).abs() < 1e-9, "{after}");
     assert_eq!(limit.limit(Unit::Records), Some(367.5));
+}
+
+/// The scenario bench's (e′): 200 ms ticks in requests of at most 100 records, a
+/// 10,000-record backlog.
+#[test]
+fn records_limited_sink_over_asked_as_in_the_bench() {
+    let setup = Setup {
+        max_batch: 100,
+        run_for: secs(13),
+        ..Setup::new(Unit::Records, 800.0, 3200.0)
+    };
+    let out = drive(setup);
+    report("bench e'", &setup, &out);
+    assert!(out.sent_per_delivered() <= 1.03);
+    assert!(out.rate(secs(6), secs(13)) >= 0.95 * 800.0);
 }
