@@ -32,6 +32,10 @@ use crate::sink::Sink;
 use crate::source::{Source, SourceError};
 use crate::stats::{Stats, Summary};
 
+/// A free slot waiting for the bucket to refill looks again this soon at the earliest: a
+/// high rate refills it in microseconds, and the loop must not spin.
+const REFILL_AT_MOST_EVERY: Duration = Duration::from_millis(1);
+
 /// How a run ends and how big its steps are.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -281,6 +285,7 @@ impl Pipeline {
             // A slot is free and the tick's allowance is not spent, but the bucket was short:
             // wake when it holds a batch, rather than at the next tick.
             let refill_at = (!stopping
+                && !limit_reached
                 && allowance > 0
                 && in_flight.len() < self.max_in_flight()
                 && self.cadence.rate() > 0.0
@@ -288,7 +293,8 @@ impl Pipeline {
             .then(|| {
                 let batch = allowance.min(self.options.max_batch as u64);
                 let need = batch.saturating_sub(banked).max(1) as f64;
-                Instant::now() + Duration::from_secs_f64(need / self.cadence.rate())
+                let wait = Duration::from_secs_f64(need / self.cadence.rate());
+                Instant::now() + wait.max(REFILL_AT_MOST_EVERY)
             });
             let refill = async {
                 match refill_at {
