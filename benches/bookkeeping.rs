@@ -72,7 +72,7 @@ impl Worker {
         let gate = LimitGate::new(concurrency.build());
         // The other batches in flight: every sample then reports a full pipeline, which
         // takes the adaptive limits through their whole update instead of an early return.
-        for _ in 1..concurrency.initial {
+        for _ in 1..concurrency.initial() {
             gate.started();
         }
         Worker {

@@ -10,6 +10,23 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+mod problems;
+pub use problems::Problems;
+
+/// The slowest rate (and smallest lease capacity) taken: one record in about 17 minutes.
+/// Slower, the wait for one record outgrows any clock.
+pub const LEAST_RATE: f64 = 0.001;
+/// The most records in one batch.
+pub const MOST_BATCH: u64 = 1_000_000;
+/// The longest record a source holds in memory: 1 GiB.
+pub const MOST_RECORD_BYTES: u64 = 1 << 30;
+/// The most batches in flight at once.
+pub const MOST_IN_FLIGHT: u64 = 10_000;
+/// The most latency samples an adaptive limit judges at once.
+pub const MOST_WINDOW: u64 = 100_000;
+/// Where an adaptive concurrency limit starts unless told.
+const DEFAULT_INITIAL_LIMIT: usize = 4;
+
 pub use crate::config_origin::ConfigOrigin;
 
 /// A configuration that cannot be used; always names the offending key.
@@ -21,6 +38,9 @@ pub enum ConfigError {
     Parse(String),
     #[error("{key}: {message}")]
     Invalid { key: &'static str, message: String },
+    /// More than one problem, each naming its key.
+    #[error("{}", problems::list(.0))]
+    Several(Vec<ConfigError>),
 }
 
 impl ConfigError {
@@ -116,45 +136,51 @@ impl LeasesConfig {
         self.store == "kafka"
     }
 
-    fn validate(&self, source: SourceKind) -> Result<(), ConfigError> {
-        if !(self.capacity.is_finite() && self.capacity > 0.0) {
-            return Err(ConfigError::invalid(
+    fn validate(&self, source: SourceKind, p: &mut Problems) {
+        if !(self.capacity.is_finite() && self.capacity >= LEAST_RATE) {
+            p.add(
                 "leases.capacity",
-                format!("must be a positive number, got {}", self.capacity),
-            ));
+                format!(
+                    "must be a number of at least {LEAST_RATE}, got {}",
+                    self.capacity
+                ),
+            );
         }
         if !(self.reserved.is_finite() && self.reserved >= 0.0) {
-            return Err(ConfigError::invalid(
+            p.add(
                 "leases.reserved",
                 format!("must be zero or more, got {}", self.reserved),
-            ));
+            );
         }
+        p.at_most_a_year("leases.idle_grace", self.idle_grace);
         if self.by_assignment() {
             if source != SourceKind::Kafka {
-                return Err(ConfigError::invalid(
+                p.add(
                     "leases.store",
                     "\"kafka\" divides the capacity by a Kafka group's assignment: it needs kind = \"kafka\" in [source]",
-                ));
+                );
             }
-            return Ok(());
+            return;
         }
         if !(self.store.starts_with("postgres://") || self.store.starts_with("postgresql://")) {
-            return Err(ConfigError::invalid(
+            p.add("leases.store", "must be a postgres:// URL or \"kafka\"");
+        } else {
+            p.check(crate::sink::postgres::tls::validate_url(
+                &self.store,
                 "leases.store",
-                "must be a postgres:// URL or \"kafka\"",
             ));
         }
-        crate::sink::postgres::tls::validate_url(&self.store, "leases.store")?;
-        if self.partitions == 0 {
-            return Err(ConfigError::invalid(
-                "leases.partitions",
-                "must be at least 1 with a lease store",
-            ));
-        }
+        // Partitions are numbered with PostgreSQL integers.
+        p.count(
+            "leases.partitions",
+            u64::from(self.partitions),
+            1,
+            i32::MAX as u64,
+        );
         if self.ttl < Duration::from_secs(1) {
-            return Err(ConfigError::invalid("leases.ttl", "must be at least 1s"));
+            p.add("leases.ttl", "must be at least 1s");
         }
-        Ok(())
+        p.at_most_a_year("leases.ttl", self.ttl);
     }
 }
 
@@ -484,8 +510,10 @@ pub struct ConcurrencyConfig {
     pub algorithm: ConcurrencyAlgorithm,
     /// Most batches in flight at once (the limit itself with `fixed`).
     pub max: usize,
-    /// Where an adaptive limit starts, and its floor.
-    pub initial: usize,
+    /// Where an adaptive limit starts (between `min` and `max`); unset: 4, or the nearest
+    /// of `min` and `max` when 4 is outside them.
+    pub initial: Option<usize>,
+    /// An adaptive limit's floor.
     pub min: usize,
     /// aimd: the latency the judged percentile must stay under.
     #[serde(with = "humantime_serde")]
@@ -515,7 +543,7 @@ impl Default for ConcurrencyConfig {
         ConcurrencyConfig {
             algorithm: ConcurrencyAlgorithm::Fixed,
             max: 4,
-            initial: 4,
+            initial: None,
             min: 1,
             target_latency: Duration::from_millis(200),
             percentile: 0.95,
@@ -536,10 +564,73 @@ impl ConcurrencyConfig {
         self.cut_overdue && self.algorithm != ConcurrencyAlgorithm::Fixed
     }
 
-    /// The limit this configuration describes.
+    /// Where an adaptive limit starts.
+    pub fn initial(&self) -> usize {
+        self.initial
+            .unwrap_or(DEFAULT_INITIAL_LIMIT.max(self.min).min(self.max))
+    }
+
+    fn validate(&self, p: &mut Problems) {
+        p.count("concurrency.max", self.max as u64, 1, MOST_IN_FLIGHT);
+        p.count("concurrency.min", self.min as u64, 1, MOST_IN_FLIGHT);
+        if self.min > self.max {
+            p.add(
+                "concurrency.min",
+                format!(
+                    "must not exceed concurrency.max ({} > {})",
+                    self.min, self.max
+                ),
+            );
+        }
+        if let Some(initial) = self.initial
+            && !(self.min..=self.max).contains(&initial)
+        {
+            p.add(
+                "concurrency.initial",
+                format!(
+                    "must be between concurrency.min and concurrency.max ({}..={}), got {initial}",
+                    self.min, self.max
+                ),
+            );
+        }
+        p.positive_duration("concurrency.target_latency", self.target_latency);
+        if !(self.percentile.is_finite() && self.percentile > 0.0 && self.percentile <= 1.0) {
+            p.add(
+                "concurrency.percentile",
+                format!("must be in (0, 1], got {}", self.percentile),
+            );
+        }
+        p.count("concurrency.window", self.window as u64, 1, MOST_WINDOW);
+        p.within(
+            "concurrency.increase",
+            self.increase,
+            0.0,
+            MOST_IN_FLIGHT as f64,
+        );
+        if !(self.backoff_ratio.is_finite() && self.backoff_ratio > 0.0 && self.backoff_ratio < 1.0)
+        {
+            p.add(
+                "concurrency.backoff_ratio",
+                format!(
+                    "must be between 0 and 1 (exclusive), got {}",
+                    self.backoff_ratio
+                ),
+            );
+        }
+        if !(self.smoothing.is_finite() && self.smoothing > 0.0 && self.smoothing <= 1.0) {
+            p.add(
+                "concurrency.smoothing",
+                format!("must be in (0, 1], got {}", self.smoothing),
+            );
+        }
+        p.within("concurrency.tolerance", self.tolerance, 1.0, 100.0);
+        p.within("concurrency.queue", self.queue, 0.0, MOST_IN_FLIGHT as f64);
+    }
+
+    /// The limit this configuration describes; `validate` has held `min ≤ initial ≤ max`.
     pub fn build(&self) -> Box<dyn crate::control::limit::ConcurrencyLimit> {
         use crate::control::limit::{aimd, fixed, gradient2, vegas};
-        let initial = self.initial.clamp(self.min, self.max);
+        let initial = self.initial();
         match self.algorithm {
             ConcurrencyAlgorithm::Fixed => Box::new(fixed::FixedLimit(self.max)),
             ConcurrencyAlgorithm::Aimd => Box::new(aimd::AimdLimit::new(
@@ -710,9 +801,14 @@ impl Config {
         }
         let mut config: Config = figment.extract().map_err(describe_figment_error)?;
         config.rate_set = figment.find_value("rate.records_per_second").is_ok();
-        crate::config_kinds::refuse_other_kinds_keys(&figment, &config)?;
-        config.read_secret_files()?;
-        config.validate()?;
+        let mut problems = Problems::default();
+        crate::config_kinds::refuse_other_kinds_keys(&figment, &config, &mut problems);
+        // A URL left unread from its file would only be reported again as missing.
+        match config.read_secret_files() {
+            Ok(()) => problems.check(config.validate()),
+            Err(e) => problems.push(e),
+        }
+        problems.into_result()?;
         config.register_secrets();
         if let Some(tls) = &config.source.tls {
             tls.warn_if_insecure(&crate::tls::SOURCE_KEYS, "the source");
@@ -825,27 +921,40 @@ impl Config {
         }
     }
 
-    /// Checks what serde cannot: ranges, pointers, files that must exist.
+    /// Checks what serde cannot: ranges, relations between keys, pointers, files that must
+    /// exist. Every problem is reported, not only the first.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut p = Problems::default();
+        self.validate_source(&mut p);
+        self.validate_sink(&mut p);
+        self.validate_rate(&mut p);
+        self.validate_retry(&mut p);
+        self.concurrency.validate(&mut p);
+        self.validate_throttle(&mut p);
+        p.at_most_a_year("shutdown.grace", self.shutdown.grace);
+        if let Some(leases) = &self.leases {
+            leases.validate(self.source.kind, &mut p);
+        }
+        p.into_result()
+    }
+
+    fn validate_source(&self, p: &mut Problems) {
         match self.source.kind {
-            SourceKind::File => {
-                let path = self.source.path.as_ref().ok_or_else(|| {
-                    ConfigError::invalid("source.path", "required for kind = \"file\"")
-                })?;
-                if path.as_os_str() != "-" && !path.is_file() {
-                    return Err(ConfigError::invalid(
-                        "source.path",
-                        format!("input file {} does not exist", path.display()),
-                    ));
-                }
-            }
+            SourceKind::File => match &self.source.path {
+                None => p.add("source.path", "required for kind = \"file\""),
+                Some(path) if path.as_os_str() != "-" && !path.is_file() => p.add(
+                    "source.path",
+                    format!("input file {} does not exist", path.display()),
+                ),
+                Some(_) => {}
+            },
             SourceKind::Amqp => {
                 let url = self.source.url.as_deref().unwrap_or("");
                 if !(url.starts_with("amqp://") || url.starts_with("amqps://")) {
-                    return Err(ConfigError::invalid(
+                    p.add(
                         "source.url",
                         "kind = \"amqp\" needs an amqp:// or amqps:// URL",
-                    ));
+                    );
                 }
                 if self
                     .source
@@ -853,16 +962,13 @@ impl Config {
                     .as_deref()
                     .is_none_or(|q| q.trim().is_empty())
                 {
-                    return Err(ConfigError::invalid(
-                        "source.queue",
-                        "required for kind = \"amqp\"",
-                    ));
+                    p.add("source.queue", "required for kind = \"amqp\"");
                 }
             }
             SourceKind::Kafka => {}
         }
         if let Some(tls) = &self.source.tls {
-            tls.validate(&crate::tls::SOURCE_KEYS)?;
+            p.check(tls.validate(&crate::tls::SOURCE_KEYS));
             if !self
                 .source
                 .url
@@ -870,149 +976,135 @@ impl Config {
                 .unwrap_or("")
                 .starts_with("amqps://")
             {
-                return Err(ConfigError::invalid(
+                p.add(
                     "source.tls",
                     "applies to an amqps:// URL (TLS); source.url is not one",
-                ));
+                );
             }
             // lapin's TLS has no switch for it; an encrypted connection to anyone is not
             // worth a connector of our own.
             if tls.insecure_skip_verify {
-                return Err(ConfigError::invalid(
+                p.add(
                     "source.tls.insecure_skip_verify",
                     "is not supported for AMQP: set source.tls.ca_file to the CA that signed the broker's certificate",
-                ));
+                );
             }
         }
+        crate::source::kafka::settings::validate(&self.source, p);
+        p.at_most_a_year("source.rotate_wait", self.source.rotate_wait);
+        p.count(
+            "source.max_record_bytes",
+            self.source.max_record_bytes as u64,
+            1,
+            MOST_RECORD_BYTES,
+        );
+    }
+
+    fn validate_sink(&self, p: &mut Problems) {
         if let Some(tls) = &self.sink.tls {
-            tls.validate(&crate::tls::SINK_KEYS)?;
+            p.check(tls.validate(&crate::tls::SINK_KEYS));
             let https = std::iter::once(self.sink.url.as_str())
                 .chain(self.sink.urls.iter().map(EndpointConfig::url))
                 .any(|u| u.starts_with("https://"));
             if !https {
-                return Err(ConfigError::invalid(
-                    "sink.tls",
-                    "applies to https:// URLs; the sink has none",
-                ));
+                p.add("sink.tls", "applies to https:// URLs; the sink has none");
             }
-        }
-        crate::source::kafka::settings::validate(&self.source)?;
-        if self.source.max_record_bytes == 0 {
-            return Err(ConfigError::invalid(
-                "source.max_record_bytes",
-                "must be positive",
-            ));
         }
         if !self.sink.urls.is_empty() {
             if self.sink.kind == SinkKind::Sqlite {
-                return Err(ConfigError::invalid(
-                    "sink.urls",
-                    "kind = \"sqlite\" is one local file: set url",
-                ));
+                p.add("sink.urls", "kind = \"sqlite\" is one local file: set url");
             }
             if !self.sink.url.is_empty() {
-                return Err(ConfigError::invalid(
-                    "sink.urls",
-                    "set url or urls, not both",
-                ));
+                p.add("sink.urls", "set url or urls, not both");
             }
         } else if self.sink.url.trim().is_empty() {
-            return Err(ConfigError::invalid("sink.url", "must not be empty"));
-        }
-        if let SinkKind::Sqlite = self.sink.kind
-            && !self.sink.url.starts_with("sqlite:")
-        {
-            return Err(ConfigError::invalid(
+            p.add("sink.url", "must not be empty");
+        } else if self.sink.kind == SinkKind::Sqlite && !self.sink.url.starts_with("sqlite:") {
+            p.add(
                 "sink.url",
                 format!(
                     "kind = \"sqlite\" needs a sqlite:// URL, got {:?}",
                     self.sink.url
                 ),
-            ));
+            );
         }
         if let SinkKind::Http = self.sink.kind {
-            self.validate_http_sink()?;
+            self.validate_http_sink(p);
         } else if self.sink.dead_letters.is_some() {
-            return Err(ConfigError::invalid(
+            p.add(
                 "sink.dead_letters",
                 "only kind = \"http\" uses it; database sinks keep dead letters in sluice_dead_letters",
-            ));
+            );
         }
-        crate::sink::postgres::settings::validate(&self.sink)?;
-        crate::sink::identifier::validate(&self.sink.table)
-            .map_err(|e| ConfigError::invalid("sink.table", e))?;
+        crate::sink::postgres::settings::validate(&self.sink, p);
+        if let Err(e) = crate::sink::identifier::validate(&self.sink.table) {
+            p.add("sink.table", e);
+        }
         if let Some(key) = &self.sink.key
             && !key.starts_with('/')
         {
-            return Err(ConfigError::invalid(
+            p.add(
                 "sink.key",
                 format!("{key:?} is not a JSON pointer (it must start with '/', e.g. \"/id\")"),
-            ));
+            );
         }
-        if self.sink.max_batch_bytes == Some(0) {
-            return Err(ConfigError::invalid(
-                "sink.max_batch_bytes",
-                "must be positive",
-            ));
+        if let Some(bytes) = self.sink.max_batch_bytes {
+            p.count("sink.max_batch_bytes", bytes, 1, u64::from(u32::MAX));
         }
-        if self.sink.max_batch == 0 {
-            return Err(ConfigError::invalid("sink.max_batch", "must be positive"));
-        }
-        let rate = self.rate.records_per_second;
-        if !(rate.is_finite() && rate > 0.0) {
-            return Err(ConfigError::invalid(
-                "rate.records_per_second",
-                format!("must be a positive number, got {rate}"),
-            ));
-        }
-        if self.rate.tick.is_zero() {
-            return Err(ConfigError::invalid(
-                "rate.tick",
-                "must be longer than zero",
-            ));
-        }
-        if rate * self.rate.tick.as_secs_f64() > f64::from(u32::MAX) {
-            return Err(ConfigError::invalid(
-                "rate.records_per_second",
-                "records_per_second × tick exceeds 4,294,967,295 records per tick",
-            ));
-        }
-        if self.retry.min_delay.is_zero() {
-            return Err(ConfigError::invalid(
-                "retry.min_delay",
-                "must be longer than zero",
-            ));
-        }
-        if self.retry.max_delay < self.retry.min_delay {
-            return Err(ConfigError::invalid(
-                "retry.max_delay",
-                "must not be shorter than retry.min_delay",
-            ));
-        }
-        if !(self.retry.factor.is_finite() && self.retry.factor >= 1.0) {
-            return Err(ConfigError::invalid("retry.factor", "must be at least 1.0"));
-        }
-        if self.retry.max_attempts == 0 {
-            return Err(ConfigError::invalid(
-                "retry.max_attempts",
-                "must be at least 1",
-            ));
-        }
-        if self.concurrency.max == 0 {
-            return Err(ConfigError::invalid(
-                "concurrency.max",
-                "must be at least 1",
-            ));
-        }
-        self.validate_retry_budget()?;
-        self.validate_throttle()?;
-        if let Some(leases) = &self.leases {
-            leases.validate(self.source.kind)?;
-        }
-        Ok(())
+        p.count("sink.max_batch", self.sink.max_batch as u64, 1, MOST_BATCH);
+        p.at_most_a_year("sink.balance.decay", self.sink.balance.decay);
     }
 
-    fn validate_http_sink(&self) -> Result<(), ConfigError> {
+    fn validate_rate(&self, p: &mut Problems) {
+        let rate = self.rate.records_per_second;
+        if !(rate.is_finite() && rate >= LEAST_RATE) {
+            p.add(
+                "rate.records_per_second",
+                format!("must be a number of at least {LEAST_RATE}, got {rate}"),
+            );
+        } else if rate * self.rate.tick.as_secs_f64() > f64::from(u32::MAX) {
+            p.add(
+                "rate.records_per_second",
+                "× rate.tick exceeds 4,294,967,295 records per tick",
+            );
+        }
+        p.positive_duration("rate.tick", self.rate.tick);
+    }
+
+    fn validate_retry(&self, p: &mut Problems) {
+        let r = &self.retry;
+        p.positive_duration("retry.min_delay", r.min_delay);
+        p.at_most_a_year("retry.max_delay", r.max_delay);
+        if r.max_delay < r.min_delay {
+            p.add(
+                "retry.max_delay",
+                "must not be shorter than retry.min_delay",
+            );
+        }
+        if !(r.factor.is_finite() && r.factor >= 1.0) {
+            p.add(
+                "retry.factor",
+                format!("must be a number of at least 1.0, got {}", r.factor),
+            );
+        }
+        if r.max_attempts == 0 {
+            p.add("retry.max_attempts", "must be at least 1");
+        }
+        if !(r.budget_ratio.is_finite() && r.budget_ratio >= 0.0) {
+            p.add("retry.budget_ratio", "must be a number ≥ 0");
+        }
+        p.positive_duration("retry.budget_window", r.budget_window);
+        if !(r.budget_min_per_second.is_finite() && r.budget_min_per_second >= 0.0) {
+            p.add("retry.budget_min_per_second", "must be a number ≥ 0");
+        } else if r.budget_min_per_second * r.budget_window.as_secs_f64() < 1.0 {
+            p.add(
+                "retry.budget_min_per_second",
+                "× retry.budget_window must allow at least one retry, or an idle worker could never retry",
+            );
+        }
+    }
+
+    fn validate_http_sink(&self, p: &mut Problems) {
         let (key, urls): (&'static str, Vec<&str>) = if self.sink.urls.is_empty() {
             ("sink.url", vec![self.sink.url.as_str()])
         } else {
@@ -1022,23 +1114,21 @@ impl Config {
             )
         };
         for text in urls {
-            let url = reqwest::Url::parse(text)
-                .map_err(|e| ConfigError::invalid(key, format!("{text:?} is not a URL: {e}")))?;
-            if !matches!(url.scheme(), "http" | "https") {
-                return Err(ConfigError::invalid(
+            match reqwest::Url::parse(text) {
+                Err(e) => p.add(key, format!("{text:?} is not a URL: {e}")),
+                Ok(url) if !matches!(url.scheme(), "http" | "https") => p.add(
                     key,
                     format!("kind = \"http\" needs an http(s):// URL, got {text:?}"),
-                ));
+                ),
+                Ok(_) => {}
             }
         }
-        if self.sink.timeout.is_zero() {
-            return Err(ConfigError::invalid(
-                "sink.timeout",
-                "must be longer than zero",
-            ));
+        p.positive_duration("sink.timeout", self.sink.timeout);
+        if let Err(e) =
+            crate::sink::http::headers::build(&self.sink.headers, |name| std::env::var(name).ok())
+        {
+            p.add("sink.headers", e.to_string());
         }
-        crate::sink::http::headers::build(&self.sink.headers, |name| std::env::var(name).ok())
-            .map_err(|e| ConfigError::invalid("sink.headers", e.to_string()))?;
         // reqwest sends a URL's user:password as Basic auth in place of a configured
         // Authorization header, silently: one of them would be ignored.
         let authorization = self
@@ -1051,112 +1141,65 @@ impl Config {
             .filter_map(|u| reqwest::Url::parse(u).ok())
             .any(|u| !u.username().is_empty() || u.password().is_some());
         if authorization && credentials {
-            return Err(ConfigError::invalid(
+            p.add(
                 "sink.headers",
                 "Authorization is set and the sink URL carries user:password@, which would replace it: keep one",
-            ));
+            );
         }
         let Some(dl) = &self.sink.dead_letters else {
-            return Err(ConfigError::invalid(
+            p.add(
                 "sink.dead_letters",
                 "required for kind = \"http\": set url = \"sqlite://…\" or path = \"….ndjson\"",
-            ));
+            );
+            return;
         };
         match (&dl.url, &dl.path) {
-            (Some(url), None) => {
-                if !["sqlite:", "postgres:", "postgresql:"]
-                    .iter()
-                    .any(|scheme| url.starts_with(scheme))
-                {
-                    return Err(ConfigError::invalid(
-                        "sink.dead_letters.url",
-                        format!("needs a sqlite:// or postgres:// URL, got {url:?}"),
-                    ));
-                }
+            (Some(url), None) if url.starts_with("postgres:") || url.starts_with("postgresql:") => {
+                p.add(
+                    "sink.dead_letters.url",
+                    "a PostgreSQL dead-letter store is not available in this build; use url = \"sqlite://…\" or path = \"….ndjson\"",
+                )
             }
+            (Some(url), None) if !url.starts_with("sqlite:") => p.add(
+                "sink.dead_letters.url",
+                format!("needs a sqlite:// URL, got {url:?}"),
+            ),
             (None, Some(path)) if path.as_os_str().is_empty() => {
-                return Err(ConfigError::invalid(
-                    "sink.dead_letters.path",
-                    "must not be empty",
-                ));
+                p.add("sink.dead_letters.path", "must not be empty")
             }
-            (None, Some(_)) => {}
-            _ => {
-                return Err(ConfigError::invalid(
-                    "sink.dead_letters",
-                    "set exactly one of url (a database) or path (an NDJSON file)",
-                ));
-            }
+            (Some(_), None) | (None, Some(_)) => {}
+            _ => p.add(
+                "sink.dead_letters",
+                "set exactly one of url (a database) or path (an NDJSON file)",
+            ),
         }
-        Ok(())
     }
 
-    fn validate_retry_budget(&self) -> Result<(), ConfigError> {
-        let r = &self.retry;
-        if !(r.budget_ratio.is_finite() && r.budget_ratio >= 0.0) {
-            return Err(ConfigError::invalid(
-                "retry.budget_ratio",
-                "must be a number ≥ 0",
-            ));
-        }
-        if !(r.budget_min_per_second.is_finite() && r.budget_min_per_second >= 0.0) {
-            return Err(ConfigError::invalid(
-                "retry.budget_min_per_second",
-                "must be a number ≥ 0",
-            ));
-        }
-        if r.budget_min_per_second * r.budget_window.as_secs_f64() < 1.0 {
-            return Err(ConfigError::invalid(
-                "retry.budget_min_per_second",
-                "× retry.budget_window must allow at least one retry, or an idle worker could never retry",
-            ));
-        }
-        Ok(())
-    }
-
-    fn validate_throttle(&self) -> Result<(), ConfigError> {
+    fn validate_throttle(&self, p: &mut Problems) {
         let t = &self.throttle;
         let open_unit = |x: f64| x.is_finite() && x > 0.0 && x < 1.0;
         if !open_unit(t.beta) {
-            return Err(ConfigError::invalid(
+            p.add(
                 "throttle.beta",
                 format!("must be between 0 and 1 (exclusive), got {}", t.beta),
-            ));
+            );
         }
         if !(t.min_multiplier.is_finite() && t.min_multiplier > 0.0 && t.min_multiplier <= 1.0) {
-            return Err(ConfigError::invalid(
+            p.add(
                 "throttle.min_multiplier",
                 format!("must be in (0, 1], got {}", t.min_multiplier),
-            ));
+            );
         }
         if !(t.hold.is_finite() && t.hold > 0.0 && t.hold <= 1.0) {
-            return Err(ConfigError::invalid(
+            p.add(
                 "throttle.hold",
                 format!("must be in (0, 1], got {}", t.hold),
-            ));
+            );
         }
-        if !(t.probe_gain.is_finite() && t.probe_gain >= 1.0) {
-            return Err(ConfigError::invalid(
-                "throttle.probe_gain",
-                format!("must be at least 1, got {}", t.probe_gain),
-            ));
-        }
-        if t.probe_every.is_zero() {
-            return Err(ConfigError::invalid(
-                "throttle.probe_every",
-                "must be positive",
-            ));
-        }
-        if !(t.pause_jitter.is_finite() && t.pause_jitter >= 0.0) {
-            return Err(ConfigError::invalid("throttle.pause_jitter", "must be ≥ 0"));
-        }
-        if t.max_pause.is_zero() {
-            return Err(ConfigError::invalid(
-                "throttle.max_pause",
-                "must be positive",
-            ));
-        }
-        Ok(())
+        p.within("throttle.probe_gain", t.probe_gain, 1.0, 1000.0);
+        p.positive_duration("throttle.probe_every", t.probe_every);
+        p.within("throttle.pause_jitter", t.pause_jitter, 0.0, 1000.0);
+        p.positive_duration("throttle.max_pause", t.max_pause);
     }
 
     /// Where the file source keeps its acknowledged offset.
@@ -1432,6 +1475,16 @@ mod tests {
     fn keys_of_another_kind_are_named() {
         let e = error_of_sink("timeout = \"5s\"\n");
         assert!(e.contains("sink.timeout") && e.contains("sqlite"), "{e}");
+        let e = error_of_sink("coerce = \"lenient\"\n");
+        assert!(e.contains("sink.coerce"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = base(dir.path(), "");
+        let body = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, body.replace("[sink]", "topic = \"orders\"\n[sink]")).unwrap();
+        let e = Config::load(&path, &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("source.topic") && e.contains("file"), "{e}");
     }
 
     fn error_of_sink(sink_extra: &str) -> String {

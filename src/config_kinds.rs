@@ -4,7 +4,7 @@
 
 use figment::Figment;
 
-use crate::config::{Config, ConfigError, SinkKind, SourceKind};
+use crate::config::{Config, ConfigError, Problems, SinkKind, SourceKind};
 
 /// Source keys that only some kinds read, with the kinds that read them.
 const SOURCE_KEYS: &[(&str, &str, &[SourceKind])] = &[
@@ -41,6 +41,7 @@ const SINK_KEYS: &[(&str, &str, &[SinkKind])] = &[
     ("dead_letters", "sink.dead_letters", &[SinkKind::Http]),
     ("columns", "sink.columns", &[SinkKind::Postgres]),
     ("key_column", "sink.key_column", &[SinkKind::Postgres]),
+    ("coerce", "sink.coerce", &[SinkKind::Postgres]),
     (
         "throttle_sqlstates",
         "sink.throttle_sqlstates",
@@ -53,22 +54,21 @@ const SINK_KEYS: &[(&str, &str, &[SinkKind])] = &[
     ),
 ];
 
-/// Refuses a key of `[source]` or `[sink]` that was set (in the file, the environment or
-/// a flag) but is not read by the chosen kind. Keys every kind reads pass.
-pub fn refuse_other_kinds_keys(figment: &Figment, config: &Config) -> Result<(), ConfigError> {
+/// Refuses every key of `[source]` or `[sink]` that was set (in the file, the environment
+/// or a flag) but is not read by the chosen kind. Keys every kind reads pass.
+pub fn refuse_other_kinds_keys(figment: &Figment, config: &Config, p: &mut Problems) {
     let source_kind = config.source.kind;
     for (name, key, kinds) in SOURCE_KEYS {
         if is_set(figment, "source", name) && !kinds.contains(&source_kind) {
-            return Err(refusal(key, &format!("{source_kind:?}")));
+            p.push(refusal(key, &format!("{source_kind:?}")));
         }
     }
     let sink_kind = config.sink.kind;
     for (name, key, kinds) in SINK_KEYS {
         if is_set(figment, "sink", name) && !kinds.contains(&sink_kind) {
-            return Err(refusal(key, &format!("{sink_kind:?}")));
+            p.push(refusal(key, &format!("{sink_kind:?}")));
         }
     }
-    Ok(())
 }
 
 fn is_set(figment: &Figment, section: &str, name: &str) -> bool {

@@ -380,7 +380,8 @@ impl Pipeline {
     fn prefetch(&self) -> usize {
         let batch = (self.cadence.quantum() as usize)
             .max(self.batch)
-            .clamp(1, self.options.max_batch);
+            .min(self.options.max_batch)
+            .max(1);
         batch * (self.options.max_in_flight + 1)
     }
 

@@ -94,3 +94,82 @@ fn check_accepts_a_good_config() {
     let out = run_in(dir.path(), &["check", "-c", "sluice.toml"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+#[test]
+fn a_lease_store_without_partitions() {
+    check_refused(
+        &[],
+        "[leases]\nstore = \"postgres://u@127.0.0.1/db\"\ncapacity = 100\n",
+        "in.ndjson",
+        "leases.partitions",
+    );
+}
+
+#[test]
+fn a_lease_ttl_shorter_than_a_renewal() {
+    check_refused(
+        &[],
+        "[leases]\nstore = \"postgres://u@127.0.0.1/db\"\ncapacity = 100\npartitions = 4\nttl = \"100ms\"\n",
+        "in.ndjson",
+        "leases.ttl",
+    );
+}
+
+#[test]
+fn a_concurrency_floor_above_its_ceiling() {
+    check_refused(
+        &[],
+        "[concurrency]\nmin = 10\nmax = 4\n",
+        "in.ndjson",
+        "concurrency.min",
+    );
+    check_refused(
+        &[],
+        "[concurrency]\nalgorithm = \"aimd\"\nmax = 8\ninitial = 9\n",
+        "in.ndjson",
+        "concurrency.initial",
+    );
+}
+
+#[test]
+fn a_postgres_dead_letter_store_for_an_http_sink() {
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 3, &[]);
+    std::fs::write(
+        dir.path().join("sluice.toml"),
+        "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n[sink]\nkind = \"http\"\nurl = \"http://127.0.0.1:9/ingest\"\nkey = \"/id\"\n\n[sink.dead_letters]\nurl = \"postgres://u@127.0.0.1/db\"\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["run", "-c", "sluice.toml", "--until-empty"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("sink.dead_letters.url"), "{err}");
+}
+
+#[test]
+fn check_reports_every_problem_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 3, &[]);
+    write_config(
+        dir.path(),
+        "in.ndjson",
+        100.0,
+        "[retry]\nfactor = 0.5\n[concurrency]\nmin = 10\nmax = 4\n[throttle]\nbeta = 2.0\n",
+    );
+    let body = std::fs::read_to_string(dir.path().join("sluice.toml"))
+        .unwrap()
+        .replace("[sink]\n", "[sink]\ntimeout = \"5s\"\n");
+    std::fs::write(dir.path().join("sluice.toml"), body).unwrap();
+    let out = run_in(dir.path(), &["check", "-c", "sluice.toml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for key in [
+        "sink.timeout",
+        "retry.factor",
+        "concurrency.min",
+        "throttle.beta",
+    ] {
+        assert!(err.contains(key), "{key} missing: {err}");
+    }
+    assert!(err.contains("4 problems"), "{err}");
+}

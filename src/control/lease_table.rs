@@ -41,7 +41,7 @@ pub struct PoolDefinition {
 
 impl PoolDefinition {
     pub fn partition_rate(&self) -> f64 {
-        self.capacity / f64::from(self.partitions)
+        self.capacity / f64::from(self.partitions.max(1))
     }
 }
 
@@ -98,13 +98,12 @@ pub struct LeaseTable {
 
 impl LeaseTable {
     pub fn new(definition: PoolDefinition, limits: WorkerLimits) -> Self {
-        assert!(definition.partitions > 0);
         let ttl = limits.ttl;
         LeaseTable {
             definition,
             limits,
             // Enough to cover a slow round trip to the store, never more than a third of the ttl.
-            margin: (ttl / 10).clamp(Duration::from_millis(200), ttl / 3),
+            margin: (ttl / 10).max(Duration::from_millis(200)).min(ttl / 3),
             held: BTreeMap::new(),
             requested: BTreeMap::new(),
             idle_since: None,

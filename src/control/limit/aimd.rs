@@ -72,7 +72,7 @@ impl AimdLimit {
         };
         let window = window.max(meaningful).max(1);
         AimdLimit {
-            limit: initial.clamp(min, max) as f64,
+            limit: initial.max(min).min(max) as f64,
             min,
             max,
             increase,
@@ -134,7 +134,7 @@ impl AimdLimit {
                 _ => self.limit = next,
             }
         }
-        self.limit = self.limit.clamp(self.min as f64, self.max as f64);
+        self.limit = self.limit.max(self.min as f64).min(self.max as f64);
         self.rtts.clear();
         self.over = 0;
         self.max_inflight = 0;

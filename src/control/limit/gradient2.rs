@@ -54,7 +54,7 @@ impl Gradient2Limit {
         queue: f64,
     ) -> Self {
         Gradient2Limit {
-            estimated: initial.clamp(min, max) as f64,
+            estimated: initial.max(min).min(max) as f64,
             min,
             max,
             smoothing,
@@ -93,7 +93,7 @@ impl ConcurrencyLimit for Gradient2Limit {
         };
         let new = self.estimated * gradient + self.queue;
         let new = self.estimated * (1.0 - self.smoothing) + new * self.smoothing;
-        self.estimated = new.clamp(self.min as f64, self.max as f64);
+        self.estimated = new.max(self.min as f64).min(self.max as f64);
     }
 }
 

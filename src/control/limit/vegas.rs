@@ -36,7 +36,7 @@ impl VegasLimit {
     /// Defaults: initial 20, max 1000, smoothing 1.0, probe every ~30 × limit samples.
     pub fn new(initial: usize, min: usize, max: usize, smoothing: f64, seed: u64) -> Self {
         let mut v = VegasLimit {
-            estimated: initial.clamp(min.max(1), max) as f64,
+            estimated: initial.max(min).max(1).min(max) as f64,
             max,
             min: min.max(1),
             smoothing,
@@ -86,7 +86,7 @@ impl VegasLimit {
         } else {
             return;
         };
-        let new = new.clamp(self.min as f64, self.max as f64);
+        let new = new.max(self.min as f64).min(self.max as f64);
         self.estimated = (1.0 - self.smoothing) * limit + self.smoothing * new;
     }
 }

@@ -1,28 +1,13 @@
 //! Checks the PostgreSQL keys of `[sink]` while the configuration loads: names that reach
 //! SQL are plain identifiers, and keys that only this sink reads are not set for others.
 
-use crate::config::{ConfigError, SinkConfig, SinkKind};
+use crate::config::{Problems, SinkConfig, SinkKind};
 use crate::sink::identifier;
 
-pub fn validate(sink: &SinkConfig) -> Result<(), ConfigError> {
+pub fn validate(sink: &SinkConfig, p: &mut Problems) {
+    // Keys of this sink set for another kind are refused by `config_kinds`.
     if sink.kind != SinkKind::Postgres {
-        let stray = [
-            ("sink.columns", sink.columns.is_some()),
-            ("sink.key_column", sink.key_column.is_some()),
-            ("sink.coerce", sink.coerce.is_some()),
-            (
-                "sink.throttle_sqlstates",
-                !sink.throttle_sqlstates.is_empty(),
-            ),
-            ("sink.max_connections", sink.max_connections.is_some()),
-        ];
-        if let Some((key, _)) = stray.into_iter().find(|(_, set)| *set) {
-            return Err(ConfigError::invalid(
-                key,
-                "only applies to kind = \"postgres\"",
-            ));
-        }
-        return Ok(());
+        return;
     }
     let (key, urls): (&'static str, Vec<&str>) = if sink.urls.is_empty() {
         ("sink.url", vec![sink.url.as_str()])
@@ -31,56 +16,60 @@ pub fn validate(sink: &SinkConfig) -> Result<(), ConfigError> {
     };
     for url in urls {
         if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(ConfigError::invalid(
+            p.add(
                 key,
                 format!(
                     "kind = \"postgres\" needs a postgres:// or postgresql:// URL, got {url:?}"
                 ),
-            ));
+            );
+        } else {
+            p.check(super::tls::validate_url(url, key));
         }
-        super::tls::validate_url(url, key)?;
     }
     if let Some(columns) = &sink.columns {
         if columns.is_empty() {
-            return Err(ConfigError::invalid(
+            p.add(
                 "sink.columns",
                 "name at least one column, or leave the table out to have it created",
-            ));
+            );
         }
         for (column, pointer) in columns {
-            column_name(column).map_err(|e| ConfigError::invalid("sink.columns", e))?;
+            if let Err(e) = column_name(column) {
+                p.add("sink.columns", e);
+            }
             if !(pointer.is_empty() || pointer.starts_with('/')) {
-                return Err(ConfigError::invalid(
+                p.add(
                     "sink.columns",
                     format!(
                         "{column} = {pointer:?} is not a JSON pointer (\"/field\", or \"\" for the whole record)"
                     ),
-                ));
+                );
             }
         }
     }
     if let Some(key_column) = &sink.key_column {
-        let Some(columns) = &sink.columns else {
-            return Err(ConfigError::invalid(
+        if let Err(e) = column_name(key_column) {
+            p.add("sink.key_column", e);
+        }
+        match &sink.columns {
+            None => p.add(
                 "sink.key_column",
                 "only applies with [sink.columns] (a created table's key column is \"key\")",
-            ));
-        };
-        column_name(key_column).map_err(|e| ConfigError::invalid("sink.key_column", e))?;
-        if columns.contains_key(key_column) {
-            return Err(ConfigError::invalid(
+            ),
+            Some(columns) if columns.contains_key(key_column) => p.add(
                 "sink.key_column",
                 format!(
                     "{key_column:?} receives the record key; do not map it in [sink.columns] too"
                 ),
-            ));
+            ),
+            Some(_) => {}
         }
     }
     if sink.coerce.is_some() && sink.columns.is_none() {
-        return Err(ConfigError::invalid(
+        p.add(
             "sink.coerce",
             "only applies with [sink.columns] (a created table stores the whole record as jsonb)",
-        ));
+        );
     }
     for code in &sink.throttle_sqlstates {
         let valid = code.len() == 5
@@ -88,21 +77,17 @@ pub fn validate(sink: &SinkConfig) -> Result<(), ConfigError> {
                 .chars()
                 .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase());
         if !valid {
-            return Err(ConfigError::invalid(
+            p.add(
                 "sink.throttle_sqlstates",
                 format!(
                     "{code:?} is not a SQLSTATE (five digits or capital letters, e.g. \"53300\")"
                 ),
-            ));
+            );
         }
     }
-    if sink.max_connections == Some(0) {
-        return Err(ConfigError::invalid(
-            "sink.max_connections",
-            "must be at least 1",
-        ));
+    if let Some(connections) = sink.max_connections {
+        p.count("sink.max_connections", u64::from(connections), 1, 10_000);
     }
-    Ok(())
 }
 
 /// A column is one plain identifier (no schema part).
@@ -116,6 +101,7 @@ fn column_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ConfigError;
     use std::collections::BTreeMap;
 
     fn postgres() -> SinkConfig {
@@ -128,16 +114,24 @@ mod tests {
     }
 
     fn key_of(sink: &SinkConfig) -> &'static str {
-        match validate(sink).unwrap_err() {
+        let mut p = Problems::default();
+        validate(sink, &mut p);
+        match p.into_result().unwrap_err() {
             ConfigError::Invalid { key, .. } => key,
             other => panic!("unexpected {other}"),
         }
     }
 
+    fn ok(sink: &SinkConfig) {
+        let mut p = Problems::default();
+        validate(sink, &mut p);
+        p.into_result().unwrap();
+    }
+
     #[test]
     fn accepts_both_url_schemes_and_a_mapping() {
         let mut sink = postgres();
-        validate(&sink).unwrap();
+        ok(&sink);
         sink.url = "postgres://u@h:5432/d".into();
         sink.columns = Some(BTreeMap::from([
             ("amount".into(), "/amount".into()),
@@ -145,7 +139,7 @@ mod tests {
         ]));
         sink.key_column = Some("order_id".into());
         sink.throttle_sqlstates = vec!["53300".into()];
-        validate(&sink).unwrap();
+        ok(&sink);
     }
 
     #[test]
@@ -175,10 +169,6 @@ mod tests {
         assert_eq!(key_of(&sink), "sink.key_column");
         let mut sink = postgres();
         sink.throttle_sqlstates = vec!["5330".into()];
-        assert_eq!(key_of(&sink), "sink.throttle_sqlstates");
-        let mut sink = postgres();
-        sink.kind = SinkKind::Sqlite;
-        sink.throttle_sqlstates = vec!["53300".into()];
         assert_eq!(key_of(&sink), "sink.throttle_sqlstates");
         let mut sink = postgres();
         sink.coerce = Some(crate::sink::postgres::coerce::Coerce::Lenient);

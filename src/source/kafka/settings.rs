@@ -5,7 +5,7 @@
 
 use rdkafka::ClientConfig;
 
-use crate::config::{ConfigError, SourceConfig, SourceKind};
+use crate::config::{Problems, SourceConfig, SourceKind};
 
 /// Properties sluice sets itself; overriding them would break its guarantees or duplicate
 /// a key of `[source]`.
@@ -94,31 +94,22 @@ fn apply_properties(config: &mut ClientConfig, source: &SourceConfig, skip: &[(&
 }
 
 /// Checks the Kafka keys of `[source]`: required ones for kind "kafka", none for others.
-pub fn validate(source: &SourceConfig) -> Result<(), ConfigError> {
+pub fn validate(source: &SourceConfig, p: &mut Problems) {
+    // Keys of this source set for another kind are refused by `config_kinds`.
     if source.kind != SourceKind::Kafka {
-        let stray = [
-            ("source.brokers", source.brokers.is_some()),
-            ("source.topic", source.topic.is_some()),
-            ("source.group", source.group.is_some()),
-            ("source.properties", !source.properties.is_empty()),
-        ];
-        if let Some((key, _)) = stray.into_iter().find(|(_, set)| *set) {
-            return Err(ConfigError::invalid(
-                key,
-                "only applies to kind = \"kafka\"",
-            ));
-        }
-        return Ok(());
+        return;
     }
     let brokers = source.brokers.as_deref().unwrap_or_default();
     if brokers.trim().is_empty() {
-        return Err(ConfigError::invalid(
+        p.add(
             "source.brokers",
             "required for kind = \"kafka\" (host:port[,host:port…])",
-        ));
+        );
     }
     let topic = source.topic.as_deref().unwrap_or_default();
-    validate_topic(topic).map_err(|e| ConfigError::invalid("source.topic", e))?;
+    if let Err(e) = validate_topic(topic) {
+        p.add("source.topic", e);
+    }
     if source
         .group
         .as_deref()
@@ -126,29 +117,25 @@ pub fn validate(source: &SourceConfig) -> Result<(), ConfigError> {
         .trim()
         .is_empty()
     {
-        return Err(ConfigError::invalid(
+        p.add(
             "source.group",
             "required for kind = \"kafka\": workers sharing a group share the partitions",
-        ));
+        );
     }
-    if source.assignment_timeout.is_zero() {
-        return Err(ConfigError::invalid(
-            "source.assignment_timeout",
-            "must be longer than zero",
-        ));
-    }
+    p.positive_duration("source.assignment_timeout", source.assignment_timeout);
+    let mut reserved = false;
     for key in source.properties.keys() {
         if let Some((_, why)) = RESERVED.iter().find(|(k, _)| k == key) {
-            return Err(ConfigError::invalid(
+            p.add(
                 "source.properties",
                 format!("{key:?} cannot be set here: {why}"),
-            ));
+            );
+            reserved = true;
         }
     }
-    consumer(source)
-        .create_native_config()
-        .map_err(|e| ConfigError::invalid("source.properties", e.to_string()))?;
-    Ok(())
+    if !reserved && let Err(e) = consumer(source).create_native_config() {
+        p.add("source.properties", e.to_string());
+    }
 }
 
 /// Kafka's own rule: 1–249 characters of `[A-Za-z0-9._-]`, not "." or "..".
@@ -170,6 +157,7 @@ fn validate_topic(topic: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ConfigError;
     use crate::config::PropertyValue;
 
     fn kafka() -> SourceConfig {
@@ -181,6 +169,12 @@ mod tests {
             assignment_timeout: std::time::Duration::from_secs(60),
             ..Default::default()
         }
+    }
+
+    fn checked(source: &SourceConfig) -> Result<(), ConfigError> {
+        let mut p = Problems::default();
+        validate(source, &mut p);
+        p.into_result()
     }
 
     fn key_of(err: ConfigError) -> &'static str {
@@ -196,7 +190,7 @@ mod tests {
         source
             .properties
             .insert("session.timeout.ms".into(), PropertyValue::Integer(10_000));
-        validate(&source).unwrap();
+        checked(&source).unwrap();
         let config = consumer(&source);
         assert_eq!(config.get("enable.auto.commit"), Some("false"));
         assert_eq!(config.get("enable.partition.eof"), Some("true"));
@@ -224,13 +218,13 @@ mod tests {
     fn missing_and_malformed_keys_are_named() {
         let mut s = kafka();
         s.brokers = None;
-        assert_eq!(key_of(validate(&s).unwrap_err()), "source.brokers");
+        assert_eq!(key_of(checked(&s).unwrap_err()), "source.brokers");
         let mut s = kafka();
         s.topic = Some("orders; drop".into());
-        assert_eq!(key_of(validate(&s).unwrap_err()), "source.topic");
+        assert_eq!(key_of(checked(&s).unwrap_err()), "source.topic");
         let mut s = kafka();
         s.group = Some(" ".into());
-        assert_eq!(key_of(validate(&s).unwrap_err()), "source.group");
+        assert_eq!(key_of(checked(&s).unwrap_err()), "source.group");
     }
 
     #[test]
@@ -238,11 +232,11 @@ mod tests {
         let mut s = kafka();
         s.properties
             .insert("enable.auto.commit".into(), PropertyValue::Flag(true));
-        assert_eq!(key_of(validate(&s).unwrap_err()), "source.properties");
+        assert_eq!(key_of(checked(&s).unwrap_err()), "source.properties");
         let mut s = kafka();
         s.properties
             .insert("no.such.property".into(), PropertyValue::Integer(1));
-        assert_eq!(key_of(validate(&s).unwrap_err()), "source.properties");
+        assert_eq!(key_of(checked(&s).unwrap_err()), "source.properties");
     }
 
     /// librdkafka is built with TLS (and so SASL SCRAM): these are accepted, not
@@ -260,23 +254,14 @@ mod tests {
             s.properties
                 .insert(key.into(), PropertyValue::Text(value.into()));
         }
-        validate(&s).unwrap();
+        checked(&s).unwrap();
         s.properties.insert(
             "sasl.mechanism".into(),
             PropertyValue::Text("SCRAM-SHA-256".into()),
         );
-        validate(&s).unwrap();
+        checked(&s).unwrap();
         s.properties
             .insert("sasl.mechanism".into(), PropertyValue::Text("PLAIN".into()));
-        validate(&s).unwrap();
-    }
-
-    #[test]
-    fn kafka_keys_are_refused_for_other_sources() {
-        let s = SourceConfig {
-            topic: Some("orders".into()),
-            ..Default::default()
-        };
-        assert_eq!(key_of(validate(&s).unwrap_err()), "source.topic");
+        checked(&s).unwrap();
     }
 }
