@@ -599,6 +599,15 @@ impl ConcurrencyConfig {
                 "concurrency.percentile",
                 format!("must be in (0, 1], got {}", self.percentile),
             );
+        } else if self.percentile < 1.0 && 2.0 / (1.0 - self.percentile) > MOST_WINDOW as f64 {
+            // Judging a percentile p takes at least 2 / (1 − p) samples.
+            p.add(
+                "concurrency.percentile",
+                format!(
+                    "judging it would take more than {MOST_WINDOW} samples: at most {} (or 1)",
+                    1.0 - 2.0 / MOST_WINDOW as f64
+                ),
+            );
         }
         p.count("concurrency.window", self.window as u64, 1, MOST_WINDOW);
         p.within(

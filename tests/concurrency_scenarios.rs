@@ -294,7 +294,7 @@ fn limit(algorithm: ConcurrencyAlgorithm, target_ms: u64) -> ConcurrencyConfig {
     ConcurrencyConfig {
         algorithm,
         max: 64,
-        initial: 1,
+        initial: Some(1),
         target_latency: Duration::from_millis(target_ms),
         ..ConcurrencyConfig::default()
     }

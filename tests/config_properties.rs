@@ -71,8 +71,20 @@ const KEYS: &[(&str, Type)] = &[
 fn values(t: Type) -> &'static [&'static str] {
     match t {
         Type::Float => &[
-            "0", "-1", "1e-300", "5e-324", "1e300", "nan", "inf", "-inf", "\"\"", "true", "[1]",
-            "0.5", "2",
+            "0",
+            "-1",
+            "1e-300",
+            "5e-324",
+            "1e300",
+            "nan",
+            "inf",
+            "-inf",
+            "\"\"",
+            "true",
+            "[1]",
+            "0.5",
+            "2",
+            "0.99999999",
         ],
         Type::Count => &[
             "0",

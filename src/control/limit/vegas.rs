@@ -86,7 +86,7 @@ impl VegasLimit {
         } else {
             return;
         };
-        let new = new.max(self.min as f64).min(self.max as f64);
+        let new = new.clamp(self.min as f64, self.max as f64);
         self.estimated = (1.0 - self.smoothing) * limit + self.smoothing * new;
     }
 }
