@@ -284,7 +284,7 @@ async fn run(
 fn build(c: &ConcurrencyConfig) -> Box<dyn ConcurrencyLimit> {
     match c.algorithm {
         ConcurrencyAlgorithm::Vegas => {
-            Box::new(VegasLimit::new(c.initial, c.min, c.max, c.smoothing, 11))
+            Box::new(VegasLimit::new(c.initial(), c.min, c.max, c.smoothing, 11))
         }
         _ => c.build(),
     }
