@@ -302,6 +302,7 @@ pub enum SinkKind {
     Sqlite,
     Http,
     Postgres,
+    Mysql,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -355,6 +356,9 @@ pub struct SinkConfig {
     pub throttle_sqlstates: Vec<String>,
     /// PostgreSQL: connections in the pool; default `concurrency.max + 1`.
     pub max_connections: Option<u32>,
+    /// MySQL: error numbers that mean "slow down" (treated like HTTP 429).
+    #[serde(default)]
+    pub throttle_errors: Vec<u16>,
 }
 
 /// One endpoint of a sink served by several hosts: a URL, or a URL with its zone and the
@@ -1046,6 +1050,7 @@ impl Config {
             );
         }
         crate::sink::postgres::settings::validate(&self.sink, p);
+        crate::sink::mysql::settings::validate(&self.sink, p);
         if let Err(e) = crate::sink::identifier::validate(&self.sink.table) {
             p.add("sink.table", e);
         }

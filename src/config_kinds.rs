@@ -48,6 +48,11 @@ const SINK_KEYS: &[(&str, &str, &[SinkKind])] = &[
         &[SinkKind::Postgres],
     ),
     (
+        "throttle_errors",
+        "sink.throttle_errors",
+        &[SinkKind::Mysql],
+    ),
+    (
         "max_connections",
         "sink.max_connections",
         &[SinkKind::Postgres],

@@ -32,6 +32,14 @@ pub fn quote(name: &str) -> String {
         .join(".")
 }
 
+/// The MySQL-quoted form of a validated name: `` `schema`.`table` ``.
+pub fn backtick(name: &str) -> String {
+    name.split('.')
+        .map(|p| format!("`{p}`"))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +64,6 @@ mod tests {
     #[test]
     fn quotes_each_part() {
         assert_eq!(quote("s.t"), "\"s\".\"t\"");
+        assert_eq!(backtick("s.key"), "`s`.`key`");
     }
 }

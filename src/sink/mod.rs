@@ -6,6 +6,7 @@ pub mod balanced;
 pub mod dead_letters;
 pub mod http;
 pub mod identifier;
+pub mod mysql;
 pub mod postgres;
 pub mod private_file;
 pub mod sqlite;
@@ -237,6 +238,7 @@ async fn open_one(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
             http::HttpSink::open(&config.sink, config.retry.max_delay).await?,
         )),
         SinkKind::Postgres => Ok(Arc::new(postgres::PostgresSink::open(config).await?)),
+        SinkKind::Mysql => Ok(Arc::new(mysql::MysqlSink::open(config).await?)),
     }
 }
 

@@ -1,0 +1,350 @@
+//! MySQL / MariaDB: a connection pool in strict SQL mode, a batch written as multi-row
+//! `INSERT … ON DUPLICATE KEY UPDATE` statements under `max_allowed_packet` (one
+//! transaction when it takes several), and errors sorted by MySQL error number so the
+//! delivery knows whether to wait, retry, split or stop.
+
+pub mod errno;
+pub mod settings;
+pub mod statement;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
+use sqlx::{Connection, Executor, SqlSafeStr};
+
+use self::errno::{ErrorClass, classify};
+use self::statement::{DUPLICATES_VARIABLE, Oversized};
+use super::dead_letters::headers_json;
+use super::identifier::backtick;
+use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
+use crate::config::Config;
+use crate::record::{DeadLetter, Row};
+
+/// How long a write waits for a pooled connection before it counts as an outage.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Room left in a packet for the statement's own framing.
+const PACKET_MARGIN: usize = 4096;
+
+pub struct MysqlSink {
+    pool: MySqlPool,
+    /// The records table, quoted.
+    quoted: String,
+    /// The table this sink writes, named in its dead letters.
+    table: String,
+    /// Most bytes of values one statement may carry.
+    budget: usize,
+    throttle_errors: Vec<u16>,
+}
+
+impl MysqlSink {
+    pub async fn open(config: &Config) -> Result<Self, SinkError> {
+        let sink = &config.sink;
+        let fail = |e: &dyn std::fmt::Display| SinkError {
+            url: crate::redact::redact(&sink.url),
+            message: crate::redact::redact(&e.to_string()),
+            not_now: false,
+        };
+        let options = settings::connect_options(&sink.url).map_err(|e| fail(&e))?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(config.concurrency.max as u32 + 1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .after_connect(|conn, _| Box::pin(async move { start_session(conn).await }))
+            .connect_lazy_with(options);
+        // One connection for everything start-up does: a user allowed a single
+        // connection must not be refused a second one here.
+        let mut conn = pool
+            .acquire()
+            .await
+            // Waited for only when the server answered "not now" (too many connections):
+            // one that cannot be reached at all at start may not exist.
+            .map_err(|e| SinkError {
+                not_now: matches!(e, sqlx::Error::Database(_))
+                    && matches!(
+                        judge(&e, &sink.throttle_errors),
+                        WriteOutcome::Unavailable(_) | WriteOutcome::Throttled { .. }
+                    ),
+                ..fail(&reason(&e))
+            })?;
+        let quoted = backtick(&sink.table);
+        create_tables(&mut conn, &quoted)
+            .await
+            .map_err(|e| fail(&reason(&e)))?;
+        let packet: u64 = sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS UNSIGNED)")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| fail(&reason(&e)))?;
+        // What start-up promises: the statement every batch runs is valid for this table.
+        conn.prepare(sqlx::AssertSqlSafe(statement::insert(&quoted, 1)).into_sql_str())
+            .await
+            .map_err(|e| {
+                fail(&format!(
+                    "the insert statement does not prepare: {}",
+                    reason(&e)
+                ))
+            })?;
+        drop(conn);
+        Ok(MysqlSink {
+            pool,
+            quoted,
+            table: sink.table.clone(),
+            budget: (packet as usize)
+                .saturating_sub(PACKET_MARGIN)
+                .max(PACKET_MARGIN),
+            throttle_errors: sink.throttle_errors.clone(),
+        })
+    }
+
+    /// Writes the runs (in one transaction when there are several) and returns how many
+    /// rows were duplicates.
+    async fn insert(
+        &self,
+        conn: &mut MySqlConnection,
+        rows: &[Row],
+        runs: &[std::ops::Range<usize>],
+    ) -> Result<u64, sqlx::Error> {
+        conn.execute(sqlx::AssertSqlSafe(format!(
+            "SET {DUPLICATES_VARIABLE} = 0"
+        )))
+        .await?;
+        if let [run] = runs {
+            self.insert_run(&mut *conn, &rows[run.clone()]).await?;
+        } else {
+            let mut tx = conn.begin().await?;
+            for run in runs {
+                self.insert_run(&mut tx, &rows[run.clone()]).await?;
+            }
+            tx.commit().await?;
+        }
+        let duplicates: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT CAST({DUPLICATES_VARIABLE} AS SIGNED)"
+        )))
+        .fetch_one(&mut *conn)
+        .await?;
+        Ok(duplicates.max(0) as u64)
+    }
+
+    async fn insert_run(
+        &self,
+        conn: &mut MySqlConnection,
+        rows: &[Row],
+    ) -> Result<(), sqlx::Error> {
+        let sql = statement::insert(&self.quoted, rows.len());
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for row in rows {
+            query = query
+                .bind(row.key.as_str())
+                .bind(row.payload.as_str())
+                .bind(row.origin.as_str());
+        }
+        query.execute(conn).await.map(drop)
+    }
+
+    async fn insert_dead_letters(
+        &self,
+        conn: &mut MySqlConnection,
+        letters: &[DeadLetter],
+    ) -> Result<(), sqlx::Error> {
+        let mut sql = String::from(
+            "INSERT INTO sluice_dead_letters \
+             (fingerprint, position, `key`, raw, reason, attempts, target, source_key, headers) VALUES ",
+        );
+        for i in 0..letters.len() {
+            sql.push_str(if i == 0 {
+                "(?,?,?,?,?,?,?,?,?)"
+            } else {
+                ",(?,?,?,?,?,?,?,?,?)"
+            });
+        }
+        sql.push_str(" ON DUPLICATE KEY UPDATE fingerprint = fingerprint");
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for letter in letters {
+            query = query
+                .bind(dead_letter_fingerprint(&self.table, letter))
+                .bind(letter.origin.as_str())
+                .bind(letter.key.as_deref())
+                .bind(letter.raw.as_slice())
+                .bind(letter.reason.as_str())
+                .bind(i32::try_from(letter.attempts).unwrap_or(i32::MAX))
+                .bind(self.table.as_str())
+                .bind(letter.context.key.as_deref())
+                .bind(headers_json(&letter.context));
+        }
+        query.execute(conn).await.map(drop)
+    }
+}
+
+/// Strict SQL mode on every connection, so that bad data is an error and not a warning.
+async fn start_session(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+    conn.execute(sqlx::AssertSqlSafe(format!(
+        "SET SESSION sql_mode = '{}'",
+        settings::SESSION_SQL_MODE
+    )))
+    .await
+    .map(drop)
+}
+
+/// An error as the log and dead letters give it: with its MySQL error number.
+fn reason(err: &sqlx::Error) -> String {
+    match err {
+        sqlx::Error::Database(db) => match db.try_downcast_ref::<MySqlDatabaseError>() {
+            Some(my) => format!("MySQL error {}: {}", my.number(), my.message()),
+            None => db.message().to_string(),
+        },
+        _ => err.to_string(),
+    }
+}
+
+/// Sorts an error into what the delivery should do about it: by its error number, or,
+/// without one, by whether the connection itself failed.
+fn judge(err: &sqlx::Error, throttle_errors: &[u16]) -> WriteOutcome {
+    let why = reason(err);
+    match err {
+        sqlx::Error::Database(db) => {
+            let number = db
+                .try_downcast_ref::<MySqlDatabaseError>()
+                .map_or(0, |e| e.number());
+            match classify(number, throttle_errors) {
+                ErrorClass::Throttle => WriteOutcome::Throttled {
+                    retry_after: None,
+                    unit: None,
+                    reason: why,
+                },
+                ErrorClass::Unavailable => WriteOutcome::Unavailable(why),
+                ErrorClass::Transient => WriteOutcome::Transient(why),
+                ErrorClass::Data => WriteOutcome::Rejected {
+                    rows: None,
+                    reason: why,
+                },
+                ErrorClass::Fatal => WriteOutcome::Fatal(why),
+                ErrorClass::Unexplained => WriteOutcome::Unexplained(why),
+            }
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => WriteOutcome::Unavailable(why),
+        _ => WriteOutcome::Fatal(why),
+    }
+}
+
+/// Creates the records table and the dead-letter table when missing. A key longer than
+/// 255 characters is refused by the server (error 1406) and dead-lettered.
+async fn create_tables(conn: &mut MySqlConnection, quoted: &str) -> Result<(), sqlx::Error> {
+    let ddl = format!(
+        "CREATE TABLE IF NOT EXISTS {quoted} (
+            `key` VARCHAR(255) NOT NULL PRIMARY KEY,
+            `payload` JSON NOT NULL,
+            `source` TEXT,
+            `ingested_at` TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
+    );
+    conn.execute(sqlx::AssertSqlSafe(ddl)).await?;
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS sluice_dead_letters (
+            id BIGINT AUTO_INCREMENT PRIMARY KEY,
+            fingerprint CHAR(32) NOT NULL UNIQUE,
+            position TEXT NOT NULL,
+            `key` MEDIUMTEXT,
+            raw LONGBLOB NOT NULL,
+            reason TEXT NOT NULL,
+            attempts INT NOT NULL,
+            failed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+            target TEXT,
+            source_key BLOB,
+            headers MEDIUMTEXT
+        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4",
+    )
+    .await?;
+    Ok(())
+}
+
+/// Readiness and `sluice check`: whether the server answers and the tables exist.
+pub async fn check(url: &str, tables: &[&str]) -> Result<String, String> {
+    let options = settings::connect_options(url)?;
+    let mut conn = MySqlConnection::connect_with(&options)
+        .await
+        .map_err(|e| format!("cannot connect: {}", reason(&e)))?;
+    let mut missing = Vec::new();
+    for table in tables {
+        let (schema, name) = match table.split_once('.') {
+            Some((s, n)) => (Some(s), n),
+            None => (None, *table),
+        };
+        let present: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?",
+        )
+        .bind(schema)
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| reason(&e))?;
+        if present == 0 {
+            missing.push(*table);
+        }
+    }
+    Ok(if missing.is_empty() {
+        "answers; tables present".into()
+    } else {
+        format!("answers; will create {}", missing.join(", "))
+    })
+}
+
+#[async_trait]
+impl Sink for MysqlSink {
+    async fn probe(&self) -> Result<(), String> {
+        super::probe_pool(&self.pool).await
+    }
+
+    async fn write(&self, rows: &[Row]) -> WriteOutcome {
+        let runs = match statement::chunks(rows, self.budget) {
+            Ok(runs) => runs,
+            Err(Oversized(i)) => {
+                return WriteOutcome::Rejected {
+                    rows: Some(vec![i]),
+                    reason: format!(
+                        "the record is larger than the server's max_allowed_packet ({} bytes with framing)",
+                        self.budget
+                    ),
+                };
+            }
+        };
+        let mut conn = match self.pool.acquire().await {
+            Ok(c) => c,
+            Err(e) => return judge(&e, &self.throttle_errors),
+        };
+        match self.insert(&mut conn, rows, &runs).await {
+            Ok(duplicates) => WriteOutcome::Written {
+                inserted: rows.len() as u64 - duplicates.min(rows.len() as u64),
+                duplicates,
+            },
+            Err(e) => {
+                // Its duplicate counter and transaction state are unknown now; and after
+                // an outage it may point at a server that is no longer the primary.
+                conn.close_on_drop();
+                judge(&e, &self.throttle_errors)
+            }
+        }
+    }
+
+    async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
+        let mut conn = match self.pool.acquire().await {
+            Ok(c) => c,
+            Err(e) => return judge(&e, &self.throttle_errors),
+        };
+        match self.insert_dead_letters(&mut conn, letters).await {
+            Ok(()) => WriteOutcome::Written {
+                inserted: letters.len() as u64,
+                duplicates: 0,
+            },
+            Err(e) => {
+                conn.close_on_drop();
+                judge(&e, &self.throttle_errors)
+            }
+        }
+    }
+}
