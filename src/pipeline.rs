@@ -178,14 +178,22 @@ impl Pipeline {
                     banked += u64::from(granted);
                 }
                 // A batch larger than a tick's grant (requests bind) waits until the grants
-                // make it up; otherwise whatever the tick granted goes now, as a tick that
-                // grants one record less must not hold it over to double the next.
+                // make it up. Otherwise the tick's batch goes once its allowance has accrued:
+                // at once when the bucket holds it, or as it refills (split into whatever
+                // accrued between wake-ups, one tick's batch became a dozen requests of a few
+                // records: 3.6 records per request instead of 13 at 4,000 rec/s and 20 ms
+                // ticks, which a sink counting requests throttles). What a tick granted
+                // goes at once when nothing more is to come: a tick that grants one record
+                // less must not hold it over to double the next.
                 let target = if self.batch > self.cadence.quantum() as usize {
                     (self.batch as u64)
                         .min(self.options.max_batch as u64)
                         .min(remaining)
                 } else {
-                    1
+                    (banked + allowance)
+                        .min(self.options.max_batch as u64)
+                        .min(remaining)
+                        .max(1)
                 };
                 if banked == 0 || banked < target {
                     break;
@@ -291,8 +299,9 @@ impl Pipeline {
                 && self.cadence.rate() > 0.0
                 && !self.pressure.is_paused())
             .then(|| {
-                let batch = allowance.min(self.options.max_batch as u64);
-                let need = batch.saturating_sub(banked).max(1) as f64;
+                let need = allowance
+                    .min((self.options.max_batch as u64).saturating_sub(banked))
+                    .max(1) as f64;
                 let wait = Duration::from_secs_f64(need / self.cadence.rate());
                 Instant::now() + wait.max(REFILL_AT_MOST_EVERY)
             });

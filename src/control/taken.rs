@@ -258,24 +258,30 @@ mod tests {
     }
 
     /// Samples between push-backs against a bucket of 100 records refilling 100/s, the
-    /// worker offering 40 every 50 ms and resending a refused write when Retry-After says
-    /// it fits; the samples, with and without Retry-After's mark.
+    /// worker offering 2 to 10 records every 50 ms (120/s on average) and resending a refused write when
+    /// Retry-After says it fits; the samples, with and without Retry-After's mark.
     fn samples(marked: bool) -> Vec<f64> {
         let mut t = Taken::default();
         let (mut tokens, mut last) = (100.0f64, Duration::ZERO);
         let mut now = Duration::ZERO;
         let mut out = Vec::new();
-        while now < ms(5000) {
+        let mut seed = 7u64;
+        for _ in 0..400 {
+            // 2 to 10 records, 120/s on average, in an order without a period.
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let n = 2 + (seed >> 33) % 9;
             now += ms(50);
             tokens = (tokens + 100.0 * (now - last).as_secs_f64()).min(100.0);
             last = now;
-            if tokens >= 40.0 {
-                tokens -= 40.0;
-                t.written(now, 40, 0);
+            if tokens >= n as f64 {
+                tokens -= n as f64;
+                t.written(now, n, 0);
                 continue;
             }
-            let wait = Duration::from_secs_f64((40.0 - tokens) / 100.0);
-            let (sample, kind) = t.pushback(now, marked.then_some(wait), 40, 0);
+            let wait = Duration::from_secs_f64((n as f64 - tokens) / 100.0);
+            let (sample, kind) = t.pushback(now, marked.then_some(wait), n, 0);
             if kind == Pushback::Sustained {
                 out.push(sample.get(Unit::Records).unwrap());
             }
@@ -283,7 +289,7 @@ mod tests {
             now += wait;
             tokens = 0.0;
             last = now;
-            t.written(now, 40, 0);
+            t.written(now, n, 0);
         }
         out
     }
