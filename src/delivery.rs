@@ -83,7 +83,7 @@ impl Delivery {
         );
         Delivery {
             sink,
-            backoff: Backoff::from_config(retry),
+            backoff: Backoff::new(retry.min_delay, retry.max_delay, retry.factor),
             max_attempts: retry.max_attempts,
             pressure: Arc::new(pressure),
             gate: Arc::new(LimitGate::new(Box::new(FixedLimit(usize::MAX)))),

@@ -195,7 +195,11 @@ fn build_everything(config: &Config) {
         inflight: 1,
         dropped: false,
     });
-    let backoff = Backoff::from_config(&config.retry);
+    let backoff = Backoff::new(
+        config.retry.min_delay,
+        config.retry.max_delay,
+        config.retry.factor,
+    );
     let mut rng = rand::rng();
     for attempt in 1..=config.retry.max_attempts.min(64) {
         backoff.delay(attempt, &mut rng);

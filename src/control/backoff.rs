@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use rand::RngExt;
 
-use crate::config::RetryConfig;
-
 #[derive(Debug, Clone)]
 pub struct Backoff {
     min: Duration,
@@ -17,10 +15,6 @@ pub struct Backoff {
 impl Backoff {
     pub fn new(min: Duration, max: Duration, factor: f64) -> Self {
         Backoff { min, max, factor }
-    }
-
-    pub fn from_config(c: &RetryConfig) -> Self {
-        Backoff::new(c.min_delay, c.max_delay, c.factor)
     }
 
     /// The ceiling of the wait before retry number `attempt` (1 = first retry):
