@@ -269,7 +269,9 @@ async fn sink(config: &Config, timeout: Duration) -> Vec<Probe> {
                 let tables = [sink.table.as_str(), "sluice_dead_letters"];
                 within(timeout, postgres(&url, &tables)).await
             }
-            SinkKind::Http => within(timeout, http(config, &url, timeout)).await,
+            SinkKind::Http | SinkKind::Elasticsearch => {
+                within(timeout, http(config, &url, timeout)).await
+            }
             SinkKind::Mysql => {
                 let tables = [sink.table.as_str(), "sluice_dead_letters"];
                 within(timeout, crate::sink::mysql::check(&url, &tables)).await

@@ -303,6 +303,8 @@ pub enum SinkKind {
     Http,
     Postgres,
     Mysql,
+    /// Elasticsearch or OpenSearch through `_bulk` (`[sink.elasticsearch]`).
+    Elasticsearch,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -342,6 +344,10 @@ pub struct SinkConfig {
     pub timeout: Duration,
     /// Where records the sink rejects go, for a sink without tables of its own (http).
     pub dead_letters: Option<DeadLetterConfig>,
+    /// http: how a 2xx answer says which records were taken (`sink::http::contract`).
+    pub response: Option<crate::sink::http::contract::ResponseContract>,
+    /// elasticsearch: the index and the bulk action (`sink::elasticsearch::settings`).
+    pub elasticsearch: Option<crate::sink::elasticsearch::settings::ElasticsearchSettings>,
     /// PostgreSQL: write into an existing table, column → JSON pointer into the payload
     /// (`""` is the whole payload). Absent: the table is created as key, payload, source.
     pub columns: Option<BTreeMap<String, String>>,
@@ -1041,7 +1047,7 @@ impl Config {
                 ),
             );
         }
-        if let SinkKind::Http = self.sink.kind {
+        if let SinkKind::Http | SinkKind::Elasticsearch = self.sink.kind {
             self.validate_http_sink(p);
         } else if self.sink.dead_letters.is_some() {
             p.add(
@@ -1054,6 +1060,8 @@ impl Config {
         if let Err(e) = crate::sink::identifier::validate(&self.sink.table) {
             p.add("sink.table", e);
         }
+        p.check(crate::sink::http::contract::validate(&self.sink));
+        p.check(crate::sink::elasticsearch::settings::validate(&self.sink));
         if let Some(key) = &self.sink.key
             && !key.starts_with('/')
         {

@@ -26,19 +26,20 @@ const SOURCE_KEYS: &[(&str, &str, &[SourceKind])] = &[
     ),
 ];
 
+const HTTP: SinkKind = SinkKind::Http;
+const ES: SinkKind = SinkKind::Elasticsearch;
+
 /// Sink keys that only some kinds read.
 const SINK_KEYS: &[(&str, &str, &[SinkKind])] = &[
-    ("urls", "sink.urls", &[SinkKind::Http, SinkKind::Postgres]),
-    (
-        "balance",
-        "sink.balance",
-        &[SinkKind::Http, SinkKind::Postgres],
-    ),
-    ("format", "sink.format", &[SinkKind::Http]),
-    ("headers", "sink.headers", &[SinkKind::Http]),
-    ("timeout", "sink.timeout", &[SinkKind::Http]),
-    ("tls", "sink.tls", &[SinkKind::Http]),
-    ("dead_letters", "sink.dead_letters", &[SinkKind::Http]),
+    ("urls", "sink.urls", &[HTTP, ES, SinkKind::Postgres]),
+    ("balance", "sink.balance", &[HTTP, ES, SinkKind::Postgres]),
+    ("format", "sink.format", &[HTTP]),
+    ("response", "sink.response", &[HTTP]),
+    ("elasticsearch", "sink.elasticsearch", &[ES]),
+    ("headers", "sink.headers", &[HTTP, ES]),
+    ("timeout", "sink.timeout", &[HTTP, ES]),
+    ("tls", "sink.tls", &[HTTP, ES]),
+    ("dead_letters", "sink.dead_letters", &[HTTP, ES]),
     ("columns", "sink.columns", &[SinkKind::Postgres]),
     ("key_column", "sink.key_column", &[SinkKind::Postgres]),
     ("coerce", "sink.coerce", &[SinkKind::Postgres]),

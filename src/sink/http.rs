@@ -7,6 +7,7 @@
 //! (the idempotency key makes a resend safe). Redirects are not followed except 307/308,
 //! which keep the method and body. Rejected records go to the configured dead-letter store.
 
+pub mod contract;
 pub mod envelope;
 pub mod headers;
 pub mod response;
@@ -19,12 +20,29 @@ use http::StatusCode;
 use http::header::CONTENT_TYPE;
 
 use super::dead_letters::{self, DeadLetterStore};
-use super::{Sink, SinkError, WriteOutcome};
-use crate::config::{HttpFormat, SinkConfig};
+use super::elasticsearch::settings::{self as es, BulkOp};
+use super::{ItemOutcome, Sink, SinkError, WriteOutcome};
+use crate::config::{HttpFormat, SinkConfig, SinkKind};
 use crate::record::{DeadLetter, Row};
+use contract::ResponseContract;
 
 /// Most of a response body read: plenty for counts or an error message.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+
+/// Most of an answer read record by record (a `_bulk` answer runs to ~300 bytes an item).
+const MAX_ITEMS_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+/// What a request carries and how its 2xx answer is read.
+enum Protocol {
+    /// sluice's envelope; a 2xx answer is read record by record when `[sink.response]`
+    /// says how.
+    Envelope {
+        format: HttpFormat,
+        contract: Option<ResponseContract>,
+    },
+    /// Elasticsearch/OpenSearch `_bulk`.
+    Bulk { index: Vec<es::Part>, op: BulkOp },
+}
 
 /// 307/308 redirects followed at most, per write.
 const MAX_REDIRECTS: usize = 3;
@@ -37,7 +55,7 @@ pub struct HttpSink {
     url: reqwest::Url,
     /// The URL as messages show it: without its password and secret query values.
     shown_url: String,
-    format: HttpFormat,
+    protocol: Protocol,
     max_delay: Duration,
     timeout: Duration,
     dead_letters: Arc<dyn DeadLetterStore>,
@@ -68,7 +86,25 @@ impl HttpSink {
             .map_err(fail)?
             .build()
             .map_err(|e| fail(chain(e)))?;
-        let url = reqwest::Url::parse(&config.url).map_err(|e| fail(e.to_string()))?;
+        let mut url = reqwest::Url::parse(&config.url).map_err(|e| fail(e.to_string()))?;
+        let protocol = match (config.kind, &config.elasticsearch) {
+            (SinkKind::Elasticsearch, Some(settings)) => {
+                if !url.path().ends_with("/_bulk") {
+                    url.path_segments_mut()
+                        .map_err(|()| fail("the URL cannot take a path".into()))?
+                        .pop_if_empty()
+                        .push("_bulk");
+                }
+                Protocol::Bulk {
+                    index: es::parse_index(&settings.index).map_err(fail)?,
+                    op: settings.op,
+                }
+            }
+            _ => Protocol::Envelope {
+                format: config.format,
+                contract: config.response.clone(),
+            },
+        };
         let shown_url = crate::redact::redact(url.as_str());
         let store = config
             .dead_letters
@@ -79,7 +115,7 @@ impl HttpSink {
             client,
             url,
             shown_url,
-            format: config.format,
+            protocol,
             max_delay,
             timeout: config.timeout,
             dead_letters,
@@ -91,16 +127,54 @@ impl HttpSink {
         WriteOutcome::Unavailable(format!("{}: {}", self.shown_url, chain(e)))
     }
 
-    /// The whole request: sent, answered, and the answer read to its end.
+    /// The whole request: sent, answered, the answer read to its end, and — for a sink
+    /// that answers record by record — read item by item.
     async fn send(&self, rows: &[Row]) -> WriteOutcome {
-        let sent = self
-            .client
-            .post(self.url.clone())
-            .header(CONTENT_TYPE, envelope::content_type(self.format))
-            .header("idempotency-key", envelope::idempotency_key(rows))
-            .body(envelope::encode(rows, self.format))
-            .send()
-            .await;
+        match &self.protocol {
+            Protocol::Envelope { format, contract } => {
+                let request = self
+                    .client
+                    .post(self.url.clone())
+                    .header(CONTENT_TYPE, envelope::content_type(*format))
+                    .header("idempotency-key", envelope::idempotency_key(rows))
+                    .body(envelope::encode(rows, *format));
+                let Some(contract) = contract else {
+                    return self.exchange(request, rows.len(), None).await;
+                };
+                self.exchange(request, rows.len(), Some(&|body| contract.read(body, rows)))
+                    .await
+            }
+            Protocol::Bulk { index, op } => {
+                let encoded = super::elasticsearch::body::encode(rows, index, *op);
+                let sent = encoded.left_out.iter().filter(|l| l.is_none()).count();
+                let answered = if sent == 0 {
+                    WriteOutcome::Written {
+                        inserted: 0,
+                        duplicates: 0,
+                    }
+                } else {
+                    let request = self
+                        .client
+                        .post(self.url.clone())
+                        .header(CONTENT_TYPE, "application/x-ndjson")
+                        .body(encoded.body);
+                    let read = |body: &[u8]| super::elasticsearch::answer::read(body, *op, sent);
+                    self.exchange(request, sent, Some(&read)).await
+                };
+                with_left_out(answered, encoded.left_out)
+            }
+        }
+    }
+
+    /// Sends `request` carrying `records` and sorts the answer; a 2xx is read by `items`
+    /// when given (an error from it stops the worker: the answer cannot be attributed).
+    async fn exchange(
+        &self,
+        request: reqwest::RequestBuilder,
+        records: usize,
+        items: Option<&ItemReader<'_>>,
+    ) -> WriteOutcome {
+        let sent = request.send().await;
         let mut answer = match sent {
             Ok(answer) => answer,
             Err(e) if e.is_builder() => {
@@ -124,11 +198,18 @@ impl HttpSink {
         let headers = std::mem::take(answer.headers_mut());
         // Read to the end even past what is kept: an answer cut short (a reset before the
         // declared length, a missing last chunk) is no verdict, not even a 200.
+        let cap = if items.is_some() {
+            MAX_ITEMS_RESPONSE_BYTES
+        } else {
+            MAX_RESPONSE_BYTES
+        };
         let mut body = Vec::new();
+        let mut longer = false;
         loop {
             match answer.chunk().await {
                 Ok(Some(chunk)) => {
-                    let room = MAX_RESPONSE_BYTES.saturating_sub(body.len());
+                    let room = cap.saturating_sub(body.len());
+                    longer |= chunk.len() > room;
                     body.extend_from_slice(&chunk[..chunk.len().min(room)]);
                 }
                 Ok(None) => break,
@@ -141,15 +222,71 @@ impl HttpSink {
                 }
             }
         }
-        response::classify(
+        let outcome = response::classify(
             status,
             &headers,
             &body,
-            rows.len(),
+            records,
             SystemTime::now(),
             self.max_delay,
-        )
+        );
+        let (Some(items), WriteOutcome::Written { .. }) = (items, &outcome) else {
+            return outcome;
+        };
+        if longer {
+            return WriteOutcome::Fatal(format!(
+                "{}: the answer is longer than {} MiB; lower sink.max_batch",
+                self.shown_url,
+                cap >> 20
+            ));
+        }
+        match items(&body) {
+            Ok(items) => WriteOutcome::from_items(
+                items,
+                crate::control::retry_after::from_headers(
+                    &headers,
+                    SystemTime::now(),
+                    self.max_delay,
+                ),
+                crate::control::quota_unit::from_headers(&headers),
+            ),
+            Err(why) => WriteOutcome::Fatal(format!("{}: {why}", self.shown_url)),
+        }
     }
+}
+
+/// Reads a 2xx answer's body record by record.
+type ItemReader<'a> = dyn Fn(&[u8]) -> Result<Vec<ItemOutcome>, String> + Send + Sync + 'a;
+
+/// The answer for the whole batch, given the answer for the records sent and why the
+/// others were left out (they are dead-lettered).
+fn with_left_out(answered: WriteOutcome, left_out: Vec<Option<String>>) -> WriteOutcome {
+    if left_out.iter().all(Option::is_none) {
+        return answered;
+    }
+    let sent = left_out.iter().filter(|l| l.is_none()).count();
+    let mut answers: Box<dyn Iterator<Item = ItemOutcome>> = match answered {
+        WriteOutcome::Written {
+            inserted,
+            duplicates,
+        } if inserted + duplicates == sent as u64 => Box::new(
+            std::iter::repeat_n(ItemOutcome::Written, inserted as usize).chain(
+                std::iter::repeat_n(ItemOutcome::Duplicate, duplicates as usize),
+            ),
+        ),
+        WriteOutcome::Items { items, .. } if items.len() == sent => Box::new(items.into_iter()),
+        // The request as a whole was not taken: the records sent share its fate, and are
+        // sent again with the others left out once more; those only wait for it.
+        other => return other,
+    };
+    let items = left_out
+        .into_iter()
+        .map(|why| match why {
+            Some(why) => ItemOutcome::Rejected(why),
+            None => answers.next().expect("one answer per record sent"),
+        })
+        .collect();
+    WriteOutcome::from_items(items, None, None)
 }
 
 /// Writes never follow 301/302/303 (they turn the POST into a GET: the batch would be

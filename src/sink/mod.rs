@@ -4,6 +4,7 @@
 
 pub mod balanced;
 pub mod dead_letters;
+pub mod elasticsearch;
 pub mod http;
 pub mod identifier;
 pub mod mysql;
@@ -234,7 +235,7 @@ pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
 async fn open_one(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
     match config.sink.kind {
         SinkKind::Sqlite => Ok(Arc::new(sqlite::SqliteSink::open(&config.sink).await?)),
-        SinkKind::Http => Ok(Arc::new(
+        SinkKind::Http | SinkKind::Elasticsearch => Ok(Arc::new(
             http::HttpSink::open(&config.sink, config.retry.max_delay).await?,
         )),
         SinkKind::Postgres => Ok(Arc::new(postgres::PostgresSink::open(config).await?)),
