@@ -175,15 +175,18 @@ impl Backpressure {
     /// `write` was throttled. True when this makes an outage (throttles without
     /// Retry-After, nothing written).
     pub fn throttled(&self, write: Refused) -> bool {
-        self.throttled_share(write, 1.0)
+        self.throttle(write, None)
     }
 
-    /// As [`Backpressure::throttled`], for a write of which the sink refused only `share`
-    /// of the records (a bulk answer) and took the rest, reported first through
-    /// [`Backpressure::written`]. What the sink took is what the limit learns from, so the
-    /// cut follows the share refused; a pause without Retry-After is that share of the
-    /// full backoff.
+    /// As [`Backpressure::throttled`], for a write of which the sink refused `share` of the
+    /// records item by item (a bulk answer) and took the rest, reported first through
+    /// [`Backpressure::written`]: what the sink took is what the limit learns from. A sink
+    /// answering item by item is up: never an outage.
     pub fn throttled_share(&self, write: Refused, share: f64) -> bool {
+        self.throttle(write, Some(share))
+    }
+
+    fn throttle(&self, write: Refused, share: Option<f64>) -> bool {
         let now = self.now();
         let Refused {
             sent_at,

@@ -38,11 +38,10 @@ pub struct Signal {
     /// When the throttled request was sent.
     pub sent_at: Duration,
     pub retry_after: Option<Duration>,
-    /// The share of the request's records the sink refused: 1.0 for a whole-request
-    /// throttle, less when a bulk answer refused some items and took the rest. A backoff
-    /// pause (no Retry-After) is that share of the full one: refusing one item in a
-    /// hundred is not a reason to stop the worker as long as refusing all of them.
-    pub share: f64,
+    /// `None` when the whole request was refused; the share of its records refused when
+    /// the sink answered item by item (a bulk API's 200 with 429 items). Such a sink is
+    /// answering: however often it refuses items, that is never an outage.
+    pub share: Option<f64>,
 }
 
 /// What a signal changed.
@@ -107,11 +106,7 @@ impl Throttle {
             None if self.last_backoff_at.is_none_or(|at| s.sent_at >= at) => {
                 self.streak += 1;
                 self.last_backoff_at = Some(s.now);
-                let wait = self
-                    .params
-                    .backoff
-                    .half_jitter(self.streak, rng)
-                    .mul_f64(s.share.clamp(0.0, 1.0));
+                let wait = self.params.backoff.half_jitter(self.streak, rng);
                 self.pause(s.now, s.now + wait);
             }
             // An echo of a signal already acted on: its pause is in force, or was.
@@ -119,7 +114,7 @@ impl Throttle {
         }
         Reaction {
             fresh,
-            outage: s.retry_after.is_none() && self.streak >= 2,
+            outage: s.retry_after.is_none() && s.share.is_none() && self.streak >= 2,
             paused_until: self.paused_until,
         }
     }
@@ -162,7 +157,7 @@ mod tests {
             now,
             sent_at,
             retry_after: None,
-            share: 1.0,
+            share: None,
         }
     }
 
@@ -283,32 +278,19 @@ mod tests {
     }
 
     #[test]
-    fn a_partly_refused_request_pauses_for_its_share_of_the_backoff() {
+    fn items_refused_by_a_sink_that_answers_are_never_an_outage() {
         let mut rng = StdRng::seed_from_u64(7);
-        let mut whole = throttle();
-        let full = whole.on_throttle(signal(ms(1000), ms(990)), &mut rng);
-        let mut rng = StdRng::seed_from_u64(7);
+        // Items refused whole, again and again, by a sink that answers: no outage.
         let mut part = throttle();
-        let tenth = part.on_throttle(
-            Signal {
-                share: 0.1,
-                ..signal(ms(1000), ms(990))
-            },
-            &mut rng,
-        );
-        let full = full.paused_until - ms(1000);
-        let tenth = tenth.paused_until - ms(1000);
-        assert!(full >= ms(50), "{full:?}");
-        assert_eq!(tenth, full.mul_f64(0.1));
-        // A Retry-After is the sink's word: kept whole whatever the share.
-        let mut part = throttle();
-        let waited = part.on_throttle(
-            Signal {
-                share: 0.1,
-                ..after(ms(1000), ms(990), ms(400))
-            },
-            &mut rng,
-        );
-        assert!(waited.paused_until >= ms(1400), "{waited:?}");
+        for at in [1000, 1300, 1600] {
+            let r = part.on_throttle(
+                Signal {
+                    share: Some(1.0),
+                    ..signal(ms(at), ms(at - 10))
+                },
+                &mut rng,
+            );
+            assert!(!r.outage, "at {at}");
+        }
     }
 }

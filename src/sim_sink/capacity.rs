@@ -93,6 +93,15 @@ impl Capacity {
         Err(Duration::from_secs_f64(wait))
     }
 
+    /// Takes as many of `n` tokens as the bucket holds now (a write queue taking the
+    /// documents it has room for); returns how many.
+    pub fn take_up_to(&mut self, n: u64, now: Duration) -> u64 {
+        self.refill(now);
+        let taken = (self.tokens.floor() as u64).min(n);
+        self.tokens -= taken as f64;
+        taken
+    }
+
     /// From `now` on, refills at `rate` (what was earned until then at the old rate stays).
     pub fn set_rate(&mut self, rate: f64, now: Duration) {
         assert!(rate > 0.0, "capacity must be positive");

@@ -41,11 +41,15 @@ pub struct SimStats {
     pub inserted: u64,
     /// Records whose key was already stored.
     pub duplicates: u64,
-    /// Requests answered 429 (over capacity), and the records in them.
+    /// Requests answered 429 (over capacity), and the records in them; with `--bulk`,
+    /// requests of which some documents were answered 429, and those documents.
     pub rejected: u64,
     pub rejected_records: u64,
     /// Requests answered 400 or 422 (unreadable body, a record with `reject_field`).
     pub malformed: u64,
+    /// `--bulk`: documents answered 400 for carrying `reject_field` (a mapping error).
+    #[serde(default)]
+    pub unmapped: u64,
     /// Requests that met an outage (answered 503, or held until it ended).
     pub unavailable: u64,
     /// Requests never answered: beyond the concurrency limit with `--drop-above`.
@@ -117,6 +121,10 @@ impl Ledger {
 
     pub fn dropped(&mut self) {
         self.stats.dropped += 1;
+    }
+
+    pub fn unmapped(&mut self, documents: u64) {
+        self.stats.unmapped += documents;
     }
 
     pub fn malformed(&mut self) {

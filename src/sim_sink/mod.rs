@@ -8,6 +8,7 @@
 //! are deduplicated; records carrying `reject_field` are refused (422) so the dead-letter
 //! path can be exercised. Also a library: [`SimSink::start`] on port 0 in tests.
 
+mod bulk;
 pub mod capacity;
 pub mod latency;
 pub mod ledger;
@@ -60,6 +61,9 @@ pub struct SimSinkConfig {
     pub concurrency_limit: Option<(u32, Action)>,
     pub reject_field: Option<String>,
     pub retry_after: RetryAfterStyle,
+    /// Answer as Elasticsearch `_bulk` (`POST /_bulk`, `POST /<index>/_bulk`) instead of
+    /// `/ingest`: `capacity` and `burst` are the write queue's drain rate and size.
+    pub bulk: bool,
 }
 
 impl SimSinkConfig {
@@ -75,6 +79,7 @@ impl SimSinkConfig {
             concurrency_limit: None,
             reject_field: None,
             retry_after: RetryAfterStyle::Millis,
+            bulk: false,
         }
     }
 }
@@ -109,7 +114,7 @@ impl SimSink {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(server::Shared::new(&config));
-        let app = server::router(shared.clone());
+        let app = server::router(shared.clone(), config.bulk);
         let (stop, stopped) = oneshot::channel::<()>();
         let stopped = async {
             let _ = stopped.await;
@@ -146,6 +151,11 @@ impl SimSink {
     /// The URL to configure as `sink.url`.
     pub fn ingest_url(&self) -> String {
         format!("{}://{}/ingest", self.scheme, self.addr)
+    }
+
+    /// The cluster's URL, for `sink.url` of `kind = "elasticsearch"` (`--bulk`).
+    pub fn base_url(&self) -> String {
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     pub fn stats(&self) -> SimStats {
@@ -226,9 +236,15 @@ pub struct SimSinkArgs {
     /// Never answer requests beyond this many in progress.
     #[arg(long, value_name = "N")]
     drop_above: Option<u32>,
-    /// Refuse (422) any request holding a record with this top-level field.
+    /// Refuse (422) any request holding a record with this top-level field; with
+    /// `--bulk`, answer such documents 400 `mapper_parsing_exception` (the rest are taken).
     #[arg(long, value_name = "FIELD")]
     reject_field: Option<String>,
+    /// Answer as Elasticsearch/OpenSearch `_bulk` (`POST /_bulk`): per-document statuses in
+    /// a 200; documents beyond the write queue's free room (`--burst`, drained at
+    /// `--capacity` per second) get 429 inside it. Records only.
+    #[arg(long)]
+    bulk: bool,
     /// How a 429 says when to come back.
     #[arg(long, value_enum, default_value_t = RetryAfterStyle::Millis)]
     retry_after: RetryAfterStyle,
@@ -260,8 +276,12 @@ impl SimSinkArgs {
         if !(self.jitter.is_finite() && self.jitter >= 0.0) {
             return Err("--jitter must not be negative".into());
         }
+        if self.bulk && self.unit != Unit::Records {
+            return Err("--bulk counts documents: --unit must be records".into());
+        }
         let mut config = SimSinkConfig::new(self.listen, self.capacity);
         config.unit = self.unit;
+        config.bulk = self.bulk;
         if let Some(burst) = self.burst {
             config.burst = burst;
         }
@@ -311,12 +331,16 @@ pub async fn run(args: SimSinkArgs) -> u8 {
             return 1;
         }
     };
+    let url = if config.bulk {
+        format!("{}/_bulk", sink.base_url())
+    } else {
+        sink.ingest_url()
+    };
     eprintln!(
-        "sluice sim-sink: {} {} (burst {}) at {}; GET /stats, POST /outage",
+        "sluice sim-sink: {} {} (burst {}) at {url}; GET /stats, POST /outage",
         config.capacity,
         config.unit.per_second(),
         config.burst,
-        sink.ingest_url()
     );
     let mut shutdown = crate::shutdown::on_signals();
     shutdown.requested().await;

@@ -87,41 +87,79 @@ impl Shared {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+impl Shared {
+    /// Counts a request in progress and meets an outage if one is on: `None` then (after
+    /// holding the request to the outage's end, in `hang` mode), to be answered 503.
+    pub async fn begin(&self) -> Option<InProgress<'_>> {
+        let concurrency = self.in_progress.fetch_add(1, Relaxed) + 1;
+        let guard = InProgress {
+            count: &self.in_progress,
+            concurrency,
+        };
+        let now = self.now();
+        self.ledger().request(now, concurrency);
+        let outage = lock(&self.outage).active(now);
+        if let Some((mode, left)) = outage {
+            self.ledger().unavailable();
+            if mode == OutageMode::Hang {
+                tokio::time::sleep(left).await;
+            }
+            return None;
+        }
+        Some(guard)
+    }
+
+    /// How the overload model answers a request that met `concurrency` in progress.
+    pub fn overload_answer(&self, concurrency: u64) -> Answer {
+        self.overload
+            .answer(concurrency as u32, &mut *lock(&self.rng))
+    }
+
+    pub fn reject_field(&self) -> Option<&str> {
+        self.reject_field.as_deref()
+    }
+
+    pub fn capacity(&self) -> &Mutex<Capacity> {
+        &self.capacity
+    }
+}
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/ingest", post(ingest))
+pub fn router(shared: Arc<Shared>, bulk: bool) -> Router {
+    let router = if bulk {
+        Router::new()
+            .route("/_bulk", post(super::bulk::bulk))
+            .route("/{index}/_bulk", post(super::bulk::bulk))
+    } else {
+        Router::new().route("/ingest", post(ingest))
+    };
+    router
         .route("/stats", get(stats))
         .route("/outage", post(outage))
         .with_state(shared)
 }
 
 /// Counts a request in progress for as long as it lives.
-struct InProgress<'a>(&'a AtomicU64);
+pub struct InProgress<'a> {
+    count: &'a AtomicU64,
+    /// Requests in progress when this one arrived, itself included.
+    pub concurrency: u64,
+}
 
 impl Drop for InProgress<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Relaxed);
+        self.count.fetch_sub(1, Relaxed);
     }
 }
 
 async fn ingest(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    let concurrency = s.in_progress.fetch_add(1, Relaxed) + 1;
-    let in_progress = InProgress(&s.in_progress);
-    let now = s.now();
-    s.ledger().request(now, concurrency);
-
-    let outage = lock(&s.outage).active(now);
-    if let Some((mode, left)) = outage {
-        s.ledger().unavailable();
-        if mode == OutageMode::Hang {
-            tokio::time::sleep(left).await;
-        }
+    let Some(in_progress) = s.begin().await else {
         return (StatusCode::SERVICE_UNAVAILABLE, "outage").into_response();
-    }
+    };
+    let now = s.now();
 
     let items = match read_items(&headers, &body) {
         Ok(items) => items,
@@ -147,7 +185,7 @@ async fn ingest(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
         }
     }
 
-    let answer = s.overload.answer(concurrency as u32, &mut *lock(&s.rng));
+    let answer = s.overload_answer(in_progress.concurrency);
     match answer {
         Answer::Take(_) => {}
         Answer::Defer(delay) => {

@@ -199,7 +199,7 @@ fn drive(setup: Setup) -> Outcome {
                             now,
                             sent_at: now,
                             retry_after,
-                            share: 1.0,
+                            share: None,
                         },
                         &mut rng,
                     );
