@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 mod problems;
 pub use problems::Problems;
+#[cfg(test)]
+pub use problems::only_key;
 
 /// The slowest rate (and smallest lease capacity) taken: one record in about 17 minutes.
 /// Slower, the wait for one record outgrows any clock.

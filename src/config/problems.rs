@@ -75,6 +75,18 @@ impl Problems {
     }
 }
 
+/// The key of the one problem `check` finds: the settings modules' tests ask this of a
+/// value they break.
+#[cfg(test)]
+pub fn only_key(check: impl FnOnce(&mut Problems)) -> &'static str {
+    let mut p = Problems::default();
+    check(&mut p);
+    match p.into_result() {
+        Err(ConfigError::Invalid { key, .. }) => key,
+        other => panic!("expected one problem, got {other:?}"),
+    }
+}
+
 /// "3 problems:" and one per line, for `ConfigError::Several`.
 pub(super) fn list(all: &[ConfigError]) -> String {
     let mut text = format!("{} problems:", all.len());

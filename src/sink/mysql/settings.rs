@@ -53,7 +53,7 @@ pub fn connect_options(url: &str) -> Result<MySqlConnectOptions, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ConfigError;
+    use crate::config::only_key;
 
     fn ok(sink: &SinkConfig) {
         let mut p = Problems::default();
@@ -71,12 +71,7 @@ mod tests {
     }
 
     fn key_of(sink: &SinkConfig) -> &'static str {
-        let mut p = Problems::default();
-        validate(sink, &mut p);
-        match p.into_result().unwrap_err() {
-            ConfigError::Invalid { key, .. } => key,
-            other => panic!("unexpected {other}"),
-        }
+        only_key(|p| validate(sink, p))
     }
 
     #[test]

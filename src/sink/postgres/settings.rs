@@ -101,7 +101,7 @@ fn column_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ConfigError;
+    use crate::config::only_key;
     use std::collections::BTreeMap;
 
     fn postgres() -> SinkConfig {
@@ -114,12 +114,7 @@ mod tests {
     }
 
     fn key_of(sink: &SinkConfig) -> &'static str {
-        let mut p = Problems::default();
-        validate(sink, &mut p);
-        match p.into_result().unwrap_err() {
-            ConfigError::Invalid { key, .. } => key,
-            other => panic!("unexpected {other}"),
-        }
+        only_key(|p| validate(sink, p))
     }
 
     fn ok(sink: &SinkConfig) {
