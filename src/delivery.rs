@@ -577,6 +577,22 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::Ordering::Relaxed;
 
+    /// A test sink's dead-letter store: (key, reason) of each letter, all taken.
+    fn keep_dead_letters(
+        dead: &Mutex<Vec<(String, String)>>,
+        letters: &[DeadLetter],
+    ) -> WriteOutcome {
+        dead.lock().unwrap().extend(
+            letters
+                .iter()
+                .map(|l| (l.key.clone().unwrap_or_default(), l.reason.clone())),
+        );
+        WriteOutcome::Written {
+            inserted: letters.len() as u64,
+            duplicates: 0,
+        }
+    }
+
     /// A sink with rules: rows whose payload contains "bad" are rejected (the whole batch
     /// fails, as a database constraint would), rows whose payload contains "odd" fail
     /// unexplained (as a trigger raising an unknown SQLSTATE would); the first `throttles`
@@ -650,15 +666,7 @@ mod tests {
                 *failures -= 1;
                 return WriteOutcome::Unavailable("No space left on device".into());
             }
-            self.dead.lock().unwrap().extend(
-                letters
-                    .iter()
-                    .map(|l| (l.key.clone().unwrap_or_default(), l.reason.clone())),
-            );
-            WriteOutcome::Written {
-                inserted: letters.len() as u64,
-                duplicates: 0,
-            }
+            keep_dead_letters(&self.dead, letters)
         }
     }
 
@@ -1045,15 +1053,7 @@ mod tests {
             WriteOutcome::from_items(items, None, None)
         }
         async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
-            self.dead.lock().unwrap().extend(
-                letters
-                    .iter()
-                    .map(|l| (l.key.clone().unwrap_or_default(), l.reason.clone())),
-            );
-            WriteOutcome::Written {
-                inserted: letters.len() as u64,
-                duplicates: 0,
-            }
+            keep_dead_letters(&self.dead, letters)
         }
     }
 
