@@ -4,6 +4,7 @@ pub mod backoff;
 pub mod balance;
 pub mod cadence;
 pub mod clock;
+pub mod health;
 pub mod lease_table;
 pub mod limit;
 pub mod peak_usage;
