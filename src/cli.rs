@@ -65,13 +65,54 @@ enum Command {
     /// Show the lease pool: its definition, partitions, holders, expiries and members; or
     /// change its definition (`sluice leases resize`).
     Leases(LeasesArgs),
-    /// Show the backlog, the rate this worker may use, and how long the drain will take.
+    /// Show the backlog, the rate this worker may use, how long the drain will take, and
+    /// what the health probes read now.
     Plan(ReportArgs),
+    /// Operator controls of a running worker, through its telemetry listener: pause,
+    /// resume, the rate ceiling, the batch size, status. A change applies from the
+    /// worker's next tick and lasts until it exits (the configuration is the truth on
+    /// restart). The token is telemetry.token (or SLUICE_TELEMETRY__TOKEN).
+    Ctl(CtlArgs),
     /// Emulate a capacity-limited database behind HTTP (429s, latency, outages).
     SimSink(crate::sim_sink::SimSinkArgs),
     /// Publish NDJSON lines to the configured queue, one message per line, keyed by
     /// `sink.key`; prints how many the queue confirmed.
     Produce(ProduceArgs),
+}
+
+#[derive(Debug, Args)]
+struct CtlArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// The worker's telemetry address, e.g. http://10.0.0.5:9898 (default: telemetry.listen).
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+    #[command(subcommand)]
+    action: CtlAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum CtlAction {
+    /// Hold new writes (batches in flight finish).
+    Pause,
+    /// Let writes go again (from a share of the rate, climbing to all of it).
+    Resume,
+    /// Records per second at most; "off" goes back to the configuration.
+    Rate {
+        #[arg(value_name = "REC_PER_S|off")]
+        value: String,
+    },
+    /// Records per batch at most; "off" goes back to sink.max_batch.
+    Batch {
+        #[arg(value_name = "N|off")]
+        value: String,
+    },
+    /// What the operator set, why writes are held, and each probe's last value.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -235,6 +276,7 @@ pub fn main() -> ExitCode {
         Command::Plan(args) => runtime.block_on(plan(args)),
         Command::SimSink(args) => runtime.block_on(crate::sim_sink::run(args)),
         Command::Produce(args) => runtime.block_on(produce(args)),
+        Command::Ctl(args) => runtime.block_on(ctl(args)),
     };
     // Do not wait for stdin readers or lingering connections on the way out.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
@@ -402,6 +444,10 @@ async fn drain(
         config.source.describe(),
         config.sink.table
     );
+    let health = Arc::new(crate::health::Health::new(
+        &config.health.probe,
+        stats.clone(),
+    ));
     let pipeline = Pipeline::new(
         source,
         sink.clone(),
@@ -433,7 +479,19 @@ async fn drain(
                 .map(|l| (l.capacity, l.reserved)),
             rate_ceiling: config.rate_ceiling(),
         },
-    );
+    )
+    .with_health(health.clone());
+    let probes = crate::health::probe::spawn_all(&config.health.probe, &config.sink, &health);
+    for probe in &config.health.probe {
+        tracing::info!(
+            "health probe {}: new writes held above {}, stopping above {}",
+            probe.name(),
+            probe.max(),
+            probe
+                .critical()
+                .map_or("(no critical limit)".to_string(), |c| c.to_string())
+        );
+    }
     let (keeper_stop, keeper_shutdown) = shutdown::channel();
     let keeper = match (&config.leases, pool) {
         (Some(l), Some((store, definition))) => {
@@ -453,17 +511,30 @@ async fn drain(
     let telemetry = match config.telemetry.listen {
         None => None,
         Some(listen) => {
-            let (addr, task) =
-                crate::telemetry::server::serve(listen, stats.clone(), pipeline.sink())
-                    .await
-                    .map_err(|e| format!("cannot listen on {listen} (telemetry.listen): {e}"))?;
-            tracing::info!("serving /metrics /healthz /readyz on http://{addr}");
+            let (addr, task) = crate::telemetry::server::serve(
+                listen,
+                stats.clone(),
+                pipeline.sink(),
+                health.clone(),
+                config.telemetry.token.clone(),
+            )
+            .await
+            .map_err(|e| format!("cannot listen on {listen} (telemetry.listen): {e}"))?;
+            tracing::info!("serving /metrics /healthz /readyz /control on http://{addr}");
+            if config.telemetry.token.is_none() {
+                tracing::warn!(
+                    "telemetry.token is not set: any local user can pause or speed up this worker through http://{addr}/control"
+                );
+            }
             Some(task)
         }
     };
     let progress = Progress::start(stats.clone());
     let mut result = pipeline.run(shutdown).await;
     progress.finish();
+    for probe in probes {
+        probe.abort();
+    }
     if deadline_reached.load(std::sync::atomic::Ordering::Relaxed) {
         stats
             .deadline_reached
@@ -732,6 +803,10 @@ async fn plan(args: ReportArgs) -> u8 {
     };
     let mut plan = crate::plan::Plan::new(&config, backlog.records);
     plan.backlog_note = backlog.note;
+    for probe in &config.health.probe {
+        plan.health
+            .push(crate::plan::ProbeReport::read(probe, &config).await);
+    }
     if let Some(l) = &config.leases {
         let pooled = match lease_store(l, true).await {
             Ok(store) => plan.clone().with_pool(&config, store.as_ref()).await,
@@ -835,5 +910,132 @@ async fn produce(args: ProduceArgs) -> u8 {
             say!("sluice: {e}");
             EXIT_RUNTIME
         }
+    }
+}
+
+/// `sluice ctl`: one request to a running worker's operator controls.
+async fn ctl(args: CtlArgs) -> u8 {
+    use crate::telemetry::control::{SetValue, Status};
+    let (config, origin) = match load(&args.config, &Overrides::default()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let base = match (&args.url, config.telemetry.listen) {
+        (Some(url), _) => url.trim_end_matches('/').to_string(),
+        (None, Some(listen)) => format!("http://{listen}"),
+        (None, None) => {
+            say!("sluice: {origin} sets no telemetry.listen: give the worker's address with --url");
+            return EXIT_CONFIG;
+        }
+    };
+    let value = |text: &str, what: &str| -> Result<Option<f64>, u8> {
+        if text == "off" {
+            return Ok(None);
+        }
+        match text.parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
+            _ => {
+                say!("sluice: ctl {what} takes a number of at least 0 or \"off\", got {text:?}");
+                Err(EXIT_CONFIG)
+            }
+        }
+    };
+    let client = reqwest::Client::new();
+    let request = match &args.action {
+        CtlAction::Pause => client.post(format!("{base}/control/pause")),
+        CtlAction::Resume => client.post(format!("{base}/control/resume")),
+        CtlAction::Rate { value: text } => match value(text, "rate") {
+            Ok(v) => client
+                .post(format!("{base}/control/rate"))
+                .json(&SetValue { value: v }),
+            Err(code) => return code,
+        },
+        CtlAction::Batch { value: text } => match value(text, "batch") {
+            Ok(v) => client
+                .post(format!("{base}/control/batch"))
+                .json(&SetValue { value: v }),
+            Err(code) => return code,
+        },
+        CtlAction::Status { .. } => client.get(format!("{base}/control/status")),
+    };
+    let request = match &config.telemetry.token {
+        Some(token) => request.bearer_auth(token),
+        None => request,
+    };
+    let response = match request
+        .timeout(std::time::Duration::from_secs(10))
+        .send()
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            say!("sluice: cannot reach the worker at {base}: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let code = response.status();
+    let body = response.text().await.unwrap_or_default();
+    if code == reqwest::StatusCode::UNAUTHORIZED {
+        say!(
+            "sluice: the worker refused the request (401): telemetry.token is missing or differs from the worker's"
+        );
+        return EXIT_RUNTIME;
+    }
+    if !code.is_success() {
+        say!("sluice: the worker answered {code}: {}", body.trim());
+        return if code.is_client_error() {
+            EXIT_CONFIG
+        } else {
+            EXIT_RUNTIME
+        };
+    }
+    match &args.action {
+        CtlAction::Status { json: true } => println!("{}", body.trim()),
+        CtlAction::Status { json: false } => match serde_json::from_str::<Status>(&body) {
+            Ok(status) => print_status(&status),
+            Err(e) => {
+                say!("sluice: unexpected answer from {base}: {e}");
+                return EXIT_RUNTIME;
+            }
+        },
+        _ => say!(
+            "sluice: done; the worker applies it from its next tick ({})",
+            body.trim()
+        ),
+    }
+    0
+}
+
+fn print_status(status: &crate::telemetry::control::Status) {
+    let c = &status.controls;
+    println!(
+        "writes: {}",
+        match &status.held_by {
+            None => "going".to_string(),
+            Some(reason) => format!("held by {reason}"),
+        }
+    );
+    println!(
+        "operator: {}, rate ceiling {}, batch {}",
+        if c.paused { "paused" } else { "not paused" },
+        c.rate
+            .map_or("as configured".into(), |r| format!("{r} rec/s")),
+        c.batch
+            .map_or("as configured".into(), |b| format!("{b} records"))
+    );
+    println!(
+        "rate now: {} rec/s; written: {}",
+        status.rate_limit, status.written
+    );
+    for p in &status.probes {
+        println!(
+            "probe {}: {} (max {}{})  {}",
+            p.name,
+            p.value.map_or("-".into(), |v| v.to_string()),
+            p.max,
+            p.critical
+                .map_or(String::new(), |c| format!(", critical {c}")),
+            p.state
+        );
     }
 }

@@ -10,7 +10,9 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+pub mod health;
 mod problems;
+pub use health::HealthConfig;
 pub use problems::Problems;
 #[cfg(test)]
 pub use problems::only_key;
@@ -73,6 +75,9 @@ pub struct Config {
     pub leases: Option<LeasesConfig>,
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// Database-health probes that hold or stop the writes (`[[health.probe]]`).
+    #[serde(default)]
+    pub health: HealthConfig,
     /// Whether `rate.records_per_second` was set rather than defaulted.
     #[serde(skip)]
     rate_set: bool,
@@ -93,8 +98,33 @@ pub struct RedactConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryConfig {
-    /// Serve /metrics, /healthz and /readyz here, e.g. "127.0.0.1:9898"; off when absent.
+    /// Serve /metrics, /healthz, /readyz and the operator controls here, e.g.
+    /// "127.0.0.1:9898"; off when absent.
     pub listen: Option<std::net::SocketAddr>,
+    /// The bearer token the operator controls (`sluice ctl`) require; needed when `listen`
+    /// is not on loopback. SLUICE_TELEMETRY__TOKEN keeps it out of the file.
+    pub token: Option<String>,
+    /// A file holding `token`.
+    pub token_file: Option<PathBuf>,
+}
+
+impl TelemetryConfig {
+    fn validate(&self, p: &mut Problems) {
+        if self.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            p.add("telemetry.token", "must not be empty");
+        }
+        if let Some(listen) = self.listen
+            && !listen.ip().is_loopback()
+            && self.token.is_none()
+        {
+            p.add(
+                "telemetry.token",
+                format!(
+                    "required when telemetry.listen ({listen}) is not on loopback: anyone who reaches it could pause or speed up the worker (set telemetry.token, telemetry.token_file or SLUICE_TELEMETRY__TOKEN)"
+                ),
+            );
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -877,6 +907,18 @@ impl Config {
         {
             l.store = read("leases.store_file", "leases.store", path, &l.store)?;
         }
+        if let Some(path) = &self.telemetry.token_file {
+            let current = self.telemetry.token.clone().unwrap_or_default();
+            self.telemetry.token = Some(read(
+                "telemetry.token_file",
+                "telemetry.token",
+                path,
+                &current,
+            )?);
+        }
+        for probe in &mut self.health.probe {
+            probe.read_url_file()?;
+        }
         // `"sasl.password_file" = "/run/secrets/kafka"` sets `sasl.password` from the file
         // (librdkafka's own names have no underscores, so the suffix cannot clash).
         let files: Vec<(String, String)> = self
@@ -924,6 +966,14 @@ impl Config {
         for endpoint in &self.sink.urls {
             register_url_secrets(endpoint.url());
         }
+        for probe in &self.health.probe {
+            for url in probe.url.iter().chain(&probe.replicas) {
+                register_url_secrets(url);
+            }
+        }
+        if let Some(token) = &self.telemetry.token {
+            register_secret(token);
+        }
         if let Ok(headers) =
             crate::sink::http::headers::build(&self.sink.headers, |v| std::env::var(v).ok())
         {
@@ -956,6 +1006,8 @@ impl Config {
         if let Some(leases) = &self.leases {
             leases.validate(self.source.kind, &mut p);
         }
+        self.telemetry.validate(&mut p);
+        self.health.validate(&self.sink, &mut p);
         p.into_result()
     }
 

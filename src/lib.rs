@@ -11,6 +11,7 @@ pub mod config_origin;
 pub mod control;
 pub mod decode;
 pub mod delivery;
+pub mod health;
 pub mod lease;
 pub mod logging;
 pub mod pipeline;

@@ -26,6 +26,7 @@ use crate::control::limit::gate::LimitGate;
 use crate::control::target_rate::TargetRate;
 use crate::decode::Decoder;
 use crate::delivery::{Batch, Delivery, FatalSinkError, row_bytes};
+use crate::health::{Critical, Health, Verdict};
 use crate::record::Position;
 use crate::shutdown::Shutdown;
 use crate::sink::Sink;
@@ -71,6 +72,8 @@ pub enum PipelineError {
     GraceExpired(usize),
     #[error("a delivery task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Critical(#[from] Critical),
 }
 
 pub struct Pipeline {
@@ -86,6 +89,10 @@ pub struct Pipeline {
     options: RunOptions,
     /// Records per batch: a tick's grant, or more when the sink counts requests.
     batch: usize,
+    /// Most records per batch now: `max_batch`, or what the operator set.
+    max_batch: usize,
+    /// Database-health probes and operator controls, asked at every tick.
+    health: Arc<Health>,
 }
 
 type InFlight = FuturesUnordered<JoinHandle<Result<Vec<Position>, FatalSinkError>>>;
@@ -106,6 +113,8 @@ impl Pipeline {
         let batch = cadence.quantum().max(1) as usize;
         Pipeline {
             batch,
+            max_batch: options.max_batch,
+            health: Arc::new(Health::new(&[], stats.clone())),
             source,
             sink,
             decoder,
@@ -117,6 +126,13 @@ impl Pipeline {
             stats,
             options,
         }
+    }
+
+    /// Holds or stops new writes by `health`'s verdict, and takes the operator's controls
+    /// from it.
+    pub fn with_health(mut self, health: Arc<Health>) -> Self {
+        self.health = health;
+        self
     }
 
     pub fn stats(&self) -> Arc<Stats> {
@@ -149,6 +165,8 @@ impl Pipeline {
         let mut backlog_at = Instant::now();
         let mut rate_due = false;
         let mut watch_due = false;
+        // New writes held by a health probe or the operator, as decided at the last tick.
+        let mut held = false;
         self.source.set_prefetch(self.prefetch()).await?;
         self.stats.source_up.store(self.source.is_up(), Relaxed);
         self.stats.rate_limit.set(self.cadence.rate());
@@ -162,6 +180,7 @@ impl Pipeline {
                 && (allowance > 0 || banked > 0)
                 && in_flight.len() < self.max_in_flight()
                 && !self.pressure.is_paused()
+                && !held
             {
                 let remaining = self
                     .options
@@ -187,18 +206,18 @@ impl Pipeline {
                 // less must not hold it over to double the next.
                 let target = if self.batch > self.cadence.quantum() as usize {
                     (self.batch as u64)
-                        .min(self.options.max_batch as u64)
+                        .min(self.max_batch as u64)
                         .min(remaining)
                 } else {
                     (banked + allowance)
-                        .min(self.options.max_batch as u64)
+                        .min(self.max_batch as u64)
                         .min(remaining)
                         .max(1)
                 };
                 if banked == 0 || banked < target {
                     break;
                 }
-                let want = banked.min(self.options.max_batch as u64).min(remaining);
+                let want = banked.min(self.max_batch as u64).min(remaining);
                 banked -= want;
                 watch_due = false;
                 let pulled = match self.source.pull(want as usize).await {
@@ -238,12 +257,17 @@ impl Pipeline {
                     self.target_rate
                         .set(if share == 0.0 { rate.max(1.0) } else { rate });
                 }
+                let controls = self.health.controls().get();
+                self.max_batch = controls.batch.unwrap_or(self.options.max_batch);
                 let target = self.target_rate.get();
-                self.pressure
-                    .set_ceiling(self.options.rate_ceiling.map_or(target, |c| target.min(c)));
+                let ceiling = [self.options.rate_ceiling, controls.rate]
+                    .into_iter()
+                    .flatten()
+                    .fold(target, f64::min);
+                self.pressure.set_ceiling(ceiling);
                 let plan = self.pressure.plan(
                     self.cadence.tick(),
-                    self.options.max_batch,
+                    self.max_batch,
                     self.options.max_batch_bytes,
                 );
                 self.cadence.set_rate(plan.records_per_second);
@@ -297,14 +321,15 @@ impl Pipeline {
                 && allowance > 0
                 && in_flight.len() < self.max_in_flight()
                 && self.cadence.rate() > 0.0
-                && !self.pressure.is_paused())
-            .then(|| {
-                let need = allowance
-                    .min((self.options.max_batch as u64).saturating_sub(banked))
-                    .max(1) as f64;
-                let wait = Duration::from_secs_f64(need / self.cadence.rate());
-                Instant::now() + wait.max(REFILL_AT_MOST_EVERY)
-            });
+                && !self.pressure.is_paused()
+                && !held)
+                .then(|| {
+                    let need = allowance
+                        .min((self.max_batch as u64).saturating_sub(banked))
+                        .max(1) as f64;
+                    let wait = Duration::from_secs_f64(need / self.cadence.rate());
+                    Instant::now() + wait.max(REFILL_AT_MOST_EVERY)
+                });
             let refill = async {
                 match refill_at {
                     Some(t) => tokio::time::sleep_until(t).await,
@@ -318,7 +343,23 @@ impl Pipeline {
                     // retries owe, so a long pause leaves no debt to starve the ticks after.
                     let quantum = u64::from(self.cadence.quantum());
                     let fresh = quantum - self.pressure.settle_owed(quantum);
-                    allowance = if self.pressure.is_paused() { 0 } else { fresh };
+                    match self.health.verdict() {
+                        Verdict::Go => held = false,
+                        Verdict::Hold { .. } => {
+                            // Writes come back as after an outage: from a share of the
+                            // rate, climbing to all of it.
+                            if !held {
+                                self.pressure.unavailable();
+                            }
+                            held = true;
+                        }
+                        Verdict::Stop { probe, value } => {
+                            let critical = self.health.critical(&probe, value);
+                            tracing::error!("{critical}; finishing batches in flight, then stopping");
+                            failure.get_or_insert(critical.into());
+                        }
+                    }
+                    allowance = if self.pressure.is_paused() || held { 0 } else { fresh };
                     rate_due = true;
                     watch_due = true;
                     self.stats.source_up.store(self.source.is_up(), Relaxed);
@@ -362,7 +403,7 @@ impl Pipeline {
     /// with (limits off), waiting a whole tick would only delay the first row.
     fn first_tick(&self) -> Duration {
         let rate = self.cadence.rate();
-        let all_slots = (self.options.max_batch * self.options.max_in_flight) as f64;
+        let all_slots = (self.max_batch * self.options.max_in_flight) as f64;
         let tick = self.cadence.tick();
         if rate > 0.0 {
             tick.min(Duration::from_secs_f64(all_slots / rate))
@@ -389,7 +430,7 @@ impl Pipeline {
     fn prefetch(&self) -> usize {
         let batch = (self.cadence.quantum() as usize)
             .max(self.batch)
-            .min(self.options.max_batch)
+            .min(self.max_batch)
             .max(1);
         batch * (self.options.max_in_flight + 1)
     }

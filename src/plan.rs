@@ -23,6 +23,79 @@ pub struct Plan {
     pub pool_members: Option<u32>,
     /// Seconds to drain the backlog at the rate that applies (the pool's with leases).
     pub eta_s: Option<f64>,
+    /// Each health probe read once now, and whether it would hold a worker's writes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<ProbeReport>,
+}
+
+/// One health probe as `sluice plan` read it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProbeReport {
+    pub name: String,
+    pub value: Option<f64>,
+    pub max: f64,
+    pub critical: Option<f64>,
+    /// "writes go", or why they would be held or stopped.
+    pub verdict: String,
+    pub holds: bool,
+}
+
+impl ProbeReport {
+    /// Runs `probe` once and judges its reading as a worker would.
+    pub async fn read(probe: &crate::config::health::ProbeConfig, config: &Config) -> ProbeReport {
+        use crate::control::health::{ProbeGate, ProbeLimits, ProbeState, Reading};
+        let task = crate::health::probe::ProbeTask::new(probe, &config.sink);
+        let mut conns: Vec<_> = task.targets.iter().map(|_| None).collect();
+        let reading = task.run_once(&mut conns).await;
+        let limits = ProbeLimits {
+            max: probe.max(),
+            resume_ratio: probe.resume_ratio,
+            critical: probe.critical(),
+            stale_after: Duration::MAX,
+        };
+        let mut gate = ProbeGate::new(limits);
+        gate.observe(Duration::ZERO, reading.clone());
+        let unit = match probe.builtin {
+            Some(crate::config::health::Builtin::ReplicaLag) => " s",
+            _ => "",
+        };
+        let name = probe.name().to_string();
+        let (verdict, holds) = match gate.state(Duration::ZERO) {
+            ProbeState::Clear => (
+                format!(
+                    "{name} = {:.3}{unit}, under max {}{unit}: writes go",
+                    gate.value().unwrap_or(0.0),
+                    limits.max
+                ),
+                false,
+            ),
+            ProbeState::Held(why) => (
+                format!(
+                    "{}: new writes would be held",
+                    crate::health::describe(&name, unit, &why, limits)
+                ),
+                true,
+            ),
+            ProbeState::Critical(v) => (
+                format!(
+                    "{name} = {v}{unit}, above critical {}{unit}: a worker would stop (exit 1)",
+                    limits.critical.unwrap_or(v)
+                ),
+                true,
+            ),
+        };
+        ProbeReport {
+            name,
+            value: match reading {
+                Reading::Value(v) => Some(v),
+                Reading::Failed(_) => None,
+            },
+            max: limits.max,
+            critical: limits.critical,
+            verdict,
+            holds,
+        }
+    }
 }
 
 impl Plan {
@@ -44,6 +117,7 @@ impl Plan {
             pool_held_rate: None,
             pool_members: None,
             eta_s: None,
+            health: Vec::new(),
         };
         plan.eta_s = plan.eta();
         plan
@@ -119,6 +193,9 @@ impl std::fmt::Display for Plan {
         if let Some(note) = &self.backlog_note {
             write!(f, "\n{note}")?;
         }
+        for probe in &self.health {
+            write!(f, "\nhealth: {}", probe.verdict)?;
+        }
         Ok(())
     }
 }
@@ -170,6 +247,7 @@ mod tests {
             pool_held_rate: None,
             pool_members: None,
             eta_s: Some(1_234_567.0 / 800.0),
+            health: Vec::new(),
         };
         assert_eq!(
             plan.to_string(),

@@ -58,6 +58,8 @@ pub struct Stats {
     pub remaining: std::sync::OnceLock<Option<u64>>,
     /// The run stopped because `--deadline` passed.
     pub deadline_reached: AtomicBool,
+    /// New writes are held by a health probe or the operator: the leases see no demand.
+    pub held: AtomicBool,
 }
 
 /// Latencies in buckets 5% apart from 0.1 ms to about 2 minutes: percentiles within 5%,

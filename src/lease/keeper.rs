@@ -64,10 +64,12 @@ impl LeaseKeeper {
                 _ = shutdown.requested() => break,
             }
             let now = Instant::now();
+            // Writes held by the database's health (or the operator) are no demand: the
+            // leases go after `idle_grace`, to workers writing elsewhere.
             let wants_more = self.table.observe(
                 now,
                 self.stats.pulled.load(Relaxed),
-                self.stats.has_backlog(),
+                self.stats.has_backlog() && !self.stats.held.load(Relaxed),
             );
             let held = self.table.held(now).len() as u32;
             let pool = match self.store.heartbeat(&self.member, held, wants_more).await {

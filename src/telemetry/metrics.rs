@@ -101,6 +101,29 @@ fn describe() {
         "sluice_source_backlog",
         "Records (or bytes, for a file) left in the source."
     );
+    describe_gauge!(
+        "sluice_health_probe",
+        "The last value each database-health probe read (absent while it fails)."
+    );
+    describe_gauge!(
+        "sluice_throttled",
+        "1 while new writes are held for this reason: a health probe's name, or operator."
+    );
+}
+
+/// The probes' last values and why writes are held, for the next render.
+pub fn publish_health(health: &crate::health::Health) {
+    handle();
+    let held_by = health.held_by();
+    for probe in health.probes() {
+        if let Some(v) = probe.value {
+            gauge!("sluice_health_probe", "name" => probe.name.clone()).set(v);
+        }
+        let on = held_by.as_deref() == Some(probe.name.as_str());
+        gauge!("sluice_throttled", "reason" => probe.name).set(if on { 1.0 } else { 0.0 });
+    }
+    let operator = held_by.as_deref() == Some("operator");
+    gauge!("sluice_throttled", "reason" => "operator").set(if operator { 1.0 } else { 0.0 });
 }
 
 /// Publishes the run's counters and gauges, then renders the text format.

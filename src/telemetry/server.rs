@@ -1,5 +1,5 @@
-//! `/metrics`, `/healthz` (the process is alive) and `/readyz` (source and sink reachable,
-//! not shutting down) on `[telemetry] listen`.
+//! `/metrics`, `/healthz` (the process is alive), `/readyz` (source and sink reachable,
+//! not shutting down) and the operator controls under `/control/` on `[telemetry] listen`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,13 +12,17 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use tokio::task::JoinHandle;
 
+use crate::health::Health;
 use crate::sink::Sink;
 use crate::stats::Stats;
 
 #[derive(Clone)]
-struct Shared {
-    stats: Arc<Stats>,
-    sink: Arc<dyn Sink>,
+pub(super) struct Shared {
+    pub stats: Arc<Stats>,
+    pub sink: Arc<dyn Sink>,
+    pub health: Arc<Health>,
+    /// The bearer token `/control/` requires; None: open (the listener is on loopback).
+    pub token: Option<Arc<str>>,
 }
 
 /// Binds `listen` and serves until the task is aborted; returns the bound address.
@@ -26,16 +30,26 @@ pub async fn serve(
     listen: SocketAddr,
     stats: Arc<Stats>,
     sink: Arc<dyn Sink>,
+    health: Arc<Health>,
+    token: Option<String>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
     super::metrics::handle();
+    let shared = Shared {
+        stats,
+        sink,
+        health,
+        token: token.map(Arc::from),
+    };
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .with_state(Shared { stats, sink });
+        .nest("/control", super::control::routes(shared.clone()))
+        .with_state(shared);
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     let task = tokio::spawn(async move {
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!("telemetry server stopped: {e}");
         }
@@ -44,6 +58,7 @@ pub async fn serve(
 }
 
 async fn metrics(State(s): State<Shared>) -> ([(&'static str, &'static str); 1], String) {
+    super::metrics::publish_health(&s.health);
     (
         [("content-type", "text/plain; version=0.0.4")],
         super::metrics::render(&s.stats),

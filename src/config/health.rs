@@ -1,0 +1,420 @@
+//! `[[health.probe]]`: what the database's own health says about writing to it now —
+//! replica lag, active sessions, or any query returning one number — and the limits that
+//! hold or stop the worker.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Problems, SinkConfig, SinkKind};
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct HealthConfig {
+    #[serde(default)]
+    pub probe: Vec<ProbeConfig>,
+}
+
+/// A probe's number, with what it means built in so users need not write SQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Builtin {
+    /// Seconds the worst replica is behind.
+    ReplicaLag,
+    /// Sessions running a statement now.
+    ActiveSessions,
+}
+
+impl Builtin {
+    pub fn name(self) -> &'static str {
+        match self {
+            Builtin::ReplicaLag => "replica_lag",
+            Builtin::ActiveSessions => "active_sessions",
+        }
+    }
+}
+
+/// A limit: a number, or a duration ("2s", "500ms") read as seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Threshold {
+    Number(f64),
+    Text(String),
+}
+
+impl Threshold {
+    pub fn value(&self) -> Result<f64, String> {
+        match self {
+            Threshold::Number(n) if n.is_finite() && *n >= 0.0 => Ok(*n),
+            Threshold::Number(n) => Err(format!("must be a number of at least 0, got {n}")),
+            Threshold::Text(t) => humantime::parse_duration(t)
+                .map(|d| d.as_secs_f64())
+                .map_err(|e| format!("{t:?} is neither a number nor a duration: {e}")),
+        }
+    }
+}
+
+/// Which database a probe asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Database {
+    Postgres,
+    Mysql,
+}
+
+impl Database {
+    pub fn of(url: &str) -> Option<Database> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Database::Postgres)
+        } else if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+            Some(Database::Mysql)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeConfig {
+    /// How logs, `/metrics` and the exit message name it; default: the built-in's name.
+    pub name: Option<String>,
+    /// `replica_lag` or `active_sessions`.
+    pub builtin: Option<Builtin>,
+    /// Or SQL returning one row with one number (seconds for an interval).
+    pub query: Option<String>,
+    /// The database it runs on: a postgres:// or mysql:// URL; default `sink.url`.
+    pub url: Option<String>,
+    /// A file holding `url`.
+    pub url_file: Option<PathBuf>,
+    /// `replica_lag`: the replicas (or PostgreSQL standbys) to ask, worst counts. Needed
+    /// for MySQL; PostgreSQL asks the primary's `pg_stat_replication` without it.
+    #[serde(default)]
+    pub replicas: Vec<String>,
+    /// How often it runs, each run on the probe's own connection.
+    #[serde(with = "humantime_serde", default = "default_interval")]
+    pub interval: Duration,
+    /// New writes are held while the value is above this.
+    pub max: Threshold,
+    /// ... and go again once it is at or under `max × resume_ratio`.
+    #[serde(default = "default_resume_ratio")]
+    pub resume_ratio: f64,
+    /// Above this the worker finishes what is in flight, checkpoints and exits 1.
+    pub critical: Option<Threshold>,
+}
+
+fn default_interval() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn default_resume_ratio() -> f64 {
+    0.8
+}
+
+/// The shortest interval between two runs of a probe.
+const SHORTEST_INTERVAL: Duration = Duration::from_millis(50);
+
+impl ProbeConfig {
+    pub fn name(&self) -> &str {
+        match (&self.name, self.builtin) {
+            (Some(n), _) => n,
+            (None, Some(b)) => b.name(),
+            (None, None) => "query",
+        }
+    }
+
+    /// The URL it runs on: its own, else the sink's.
+    pub fn url<'a>(&'a self, sink: &'a SinkConfig) -> &'a str {
+        self.url.as_deref().unwrap_or(&sink.url)
+    }
+
+    /// The servers it asks: the listed replicas for `replica_lag`, else its URL.
+    pub fn targets(&self, sink: &SinkConfig) -> Vec<String> {
+        if self.asks_replicas() {
+            self.replicas.clone()
+        } else {
+            vec![self.url(sink).to_string()]
+        }
+    }
+
+    fn asks_replicas(&self) -> bool {
+        self.builtin == Some(Builtin::ReplicaLag) && !self.replicas.is_empty()
+    }
+
+    /// How long one run may take before it counts as failed.
+    pub fn timeout(&self) -> Duration {
+        self.interval.max(Duration::from_secs(1))
+    }
+
+    /// A reading older than this means the probe is stuck: two runs missed.
+    pub fn stale_after(&self) -> Duration {
+        self.interval * 2 + self.timeout()
+    }
+
+    pub fn max(&self) -> f64 {
+        self.max.value().unwrap_or(0.0)
+    }
+
+    pub fn critical(&self) -> Option<f64> {
+        self.critical.as_ref().and_then(|c| c.value().ok())
+    }
+
+    /// Fills `url` from `url_file`.
+    pub fn read_url_file(&mut self) -> Result<(), super::ConfigError> {
+        if let Some(path) = &self.url_file {
+            if self.url.is_some() {
+                return Err(super::ConfigError::invalid(
+                    "health.probe.url_file",
+                    "set health.probe.url or health.probe.url_file, not both",
+                ));
+            }
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                super::ConfigError::invalid(
+                    "health.probe.url_file",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
+            self.url = Some(text.trim_end_matches(['\n', '\r']).to_string());
+        }
+        Ok(())
+    }
+}
+
+impl HealthConfig {
+    pub fn validate(&self, sink: &SinkConfig, p: &mut Problems) {
+        let mut names = std::collections::BTreeSet::new();
+        for probe in &self.probe {
+            let name = probe.name();
+            let say = |what: &str| format!("probe {name:?}: {what}");
+            if name.trim().is_empty() {
+                p.add("health.probe.name", "must not be empty");
+            } else if !names.insert(name.to_string()) {
+                p.add("health.probe.name", say("two probes have this name"));
+            }
+            match (probe.builtin, &probe.query) {
+                (Some(_), Some(_)) => {
+                    p.add("health.probe.query", say("set builtin or query, not both"))
+                }
+                (None, None) => p.add(
+                    "health.probe.builtin",
+                    say("set builtin (replica_lag, active_sessions) or query"),
+                ),
+                (None, Some(q)) if q.trim().is_empty() => {
+                    p.add("health.probe.query", say("must not be empty"))
+                }
+                (None, Some(_)) if probe.name.is_none() => {
+                    p.add("health.probe.name", "a probe with a query needs a name")
+                }
+                _ => {}
+            }
+            let url = match (&probe.url, probe.replicas.first()) {
+                (None, Some(replica)) if probe.asks_replicas() => replica.as_str(),
+                _ => probe.url(sink),
+            };
+            let database = Database::of(url);
+            match database {
+                // The replicas are checked below.
+                Some(_) if probe.url.is_none() && probe.asks_replicas() => {}
+                None if probe.url.is_none() => p.add(
+                    "health.probe.url",
+                    say(&format!(
+                        "the sink is kind = \"{}\": give the probe a postgres:// or mysql:// URL",
+                        kind_name(sink.kind)
+                    )),
+                ),
+                None => p.add(
+                    "health.probe.url",
+                    say("must be a postgres:// or mysql:// URL"),
+                ),
+                Some(db) => check_url(db, url, "health.probe.url", p),
+            }
+            if !probe.replicas.is_empty() && probe.builtin != Some(Builtin::ReplicaLag) {
+                p.add(
+                    "health.probe.replicas",
+                    say("only builtin = \"replica_lag\" asks replicas"),
+                );
+            }
+            for replica in &probe.replicas {
+                match (Database::of(replica), database) {
+                    (Some(r), Some(db)) if r == db => {
+                        check_url(r, replica, "health.probe.replicas", p)
+                    }
+                    _ => p.add(
+                        "health.probe.replicas",
+                        say("each replica is a URL of the same kind of database as the probe's"),
+                    ),
+                }
+            }
+            if probe.builtin == Some(Builtin::ReplicaLag)
+                && database == Some(Database::Mysql)
+                && probe.replicas.is_empty()
+            {
+                p.add(
+                    "health.probe.replicas",
+                    say("MySQL reports lag on each replica (SHOW REPLICA STATUS): list them"),
+                );
+            }
+            if probe.interval < SHORTEST_INTERVAL {
+                p.add("health.probe.interval", say("must be at least 50ms"));
+            }
+            p.at_most_a_year("health.probe.interval", probe.interval);
+            let max = probe.max.value();
+            if let Err(e) = &max {
+                p.add("health.probe.max", say(e));
+            }
+            if !(probe.resume_ratio.is_finite()
+                && probe.resume_ratio > 0.0
+                && probe.resume_ratio <= 1.0)
+            {
+                p.add(
+                    "health.probe.resume_ratio",
+                    say(&format!(
+                        "must be above 0 and at most 1, got {}",
+                        probe.resume_ratio
+                    )),
+                );
+            }
+            match (probe.critical.as_ref().map(Threshold::value), max) {
+                (Some(Err(e)), _) => p.add("health.probe.critical", say(&e)),
+                (Some(Ok(c)), Ok(m)) if c <= m => p.add(
+                    "health.probe.critical",
+                    say(&format!("must be above max ({m}), got {c}")),
+                ),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn check_url(db: Database, url: &str, key: &'static str, p: &mut Problems) {
+    match db {
+        Database::Postgres => p.check(crate::sink::postgres::tls::validate_url(url, key)),
+        Database::Mysql => {
+            if let Err(e) = crate::sink::mysql::settings::connect_options(url) {
+                p.add(key, e);
+            }
+        }
+    }
+}
+
+fn kind_name(kind: SinkKind) -> &'static str {
+    match kind {
+        SinkKind::Sqlite => "sqlite",
+        SinkKind::Http => "http",
+        SinkKind::Postgres => "postgres",
+        SinkKind::Mysql => "mysql",
+        SinkKind::Elasticsearch => "elasticsearch",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::only_key;
+
+    fn pg_sink() -> SinkConfig {
+        SinkConfig {
+            kind: SinkKind::Postgres,
+            url: "postgres://u@127.0.0.1/db".into(),
+            ..Default::default()
+        }
+    }
+
+    fn probe(toml_text: &str) -> ProbeConfig {
+        use figment::providers::{Format, Toml};
+        figment::Figment::from(Toml::string(toml_text))
+            .extract()
+            .unwrap()
+    }
+
+    fn key_of(sink: &SinkConfig, p: ProbeConfig) -> &'static str {
+        let health = HealthConfig { probe: vec![p] };
+        only_key(|problems| health.validate(sink, problems))
+    }
+
+    #[test]
+    fn a_builtin_on_the_sinks_database_with_a_duration_limit() {
+        let p = probe("builtin = \"replica_lag\"\nmax = \"2s\"\ncritical = 30");
+        let mut problems = Problems::default();
+        HealthConfig {
+            probe: vec![p.clone()],
+        }
+        .validate(&pg_sink(), &mut problems);
+        problems.into_result().unwrap();
+        assert_eq!(p.name(), "replica_lag");
+        assert_eq!(p.max(), 2.0);
+        assert_eq!(p.critical(), Some(30.0));
+        assert_eq!(p.interval, Duration::from_secs(1));
+        assert_eq!(p.url(&pg_sink()), "postgres://u@127.0.0.1/db");
+    }
+
+    #[test]
+    fn refuses_mistakes_by_key() {
+        let sink = pg_sink();
+        let cases = [
+            ("max = 1", "health.probe.builtin"),
+            (
+                "builtin = \"active_sessions\"\nquery = \"select 1\"\nmax = 1",
+                "health.probe.query",
+            ),
+            ("query = \"select 1\"\nmax = 1", "health.probe.name"),
+            (
+                "builtin = \"active_sessions\"\nmax = \"soon\"",
+                "health.probe.max",
+            ),
+            (
+                "builtin = \"active_sessions\"\nmax = 5\ncritical = 5",
+                "health.probe.critical",
+            ),
+            (
+                "builtin = \"active_sessions\"\nmax = 5\nresume_ratio = 0",
+                "health.probe.resume_ratio",
+            ),
+            (
+                "builtin = \"active_sessions\"\nmax = 5\ninterval = \"1ms\"",
+                "health.probe.interval",
+            ),
+            (
+                "builtin = \"active_sessions\"\nmax = 5\nurl = \"http://x\"",
+                "health.probe.url",
+            ),
+            (
+                "builtin = \"active_sessions\"\nmax = 5\nreplicas = [\"postgres://h/d\"]",
+                "health.probe.replicas",
+            ),
+            (
+                "builtin = \"replica_lag\"\nmax = 5\nurl = \"postgres://h/d\"\nreplicas = [\"mysql://u@h/d\"]",
+                "health.probe.replicas",
+            ),
+            (
+                "builtin = \"replica_lag\"\nmax = 5\nurl = \"mysql://u@h/d\"",
+                "health.probe.replicas",
+            ),
+            (
+                "builtin = \"replica_lag\"\nmax = 5\nreplicas = [\"mysql://u@h/d\", \"http://x\"]",
+                "health.probe.replicas",
+            ),
+        ];
+        // MySQL replicas alone are enough, whatever the sink.
+        let ok = HealthConfig {
+            probe: vec![probe(
+                "builtin = \"replica_lag\"\nmax = 5\nreplicas = [\"mysql://u@h/d\"]",
+            )],
+        };
+        let mut problems = Problems::default();
+        ok.validate(&SinkConfig::default(), &mut problems);
+        problems.into_result().unwrap();
+        for (text, key) in cases {
+            assert_eq!(key_of(&sink, probe(text)), key, "{text}");
+        }
+        let sqlite = SinkConfig::default();
+        assert_eq!(
+            key_of(&sqlite, probe("builtin = \"active_sessions\"\nmax = 5")),
+            "health.probe.url"
+        );
+        let twice = HealthConfig {
+            probe: vec![probe("builtin = \"active_sessions\"\nmax = 5"); 2],
+        };
+        assert_eq!(only_key(|p| twice.validate(&sink, p)), "health.probe.name");
+    }
+}

@@ -1,0 +1,109 @@
+//! Runs each probe as a task of its own, on its own connection (per replica when it asks
+//! several), every `interval`; a run that errs or outlasts its timeout is reported as
+//! failed and its connection dropped, to be opened again at the next run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
+
+use super::Health;
+use super::query::{Ask, Conn};
+use crate::config::SinkConfig;
+use crate::config::health::{Database, ProbeConfig};
+use crate::control::health::Reading;
+
+/// Where a probe runs and what it asks.
+#[derive(Debug, Clone)]
+pub struct ProbeTask {
+    pub name: String,
+    pub database: Database,
+    /// Each is asked; the largest number counts.
+    pub targets: Vec<String>,
+    pub ask: Ask,
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+impl ProbeTask {
+    /// The probe as configured (validated: its URLs are of a known database).
+    pub fn new(probe: &ProbeConfig, sink: &SinkConfig) -> ProbeTask {
+        let targets = probe.targets(sink);
+        let database = Database::of(&targets[0]).unwrap_or(Database::Postgres);
+        ProbeTask {
+            name: probe.name().to_string(),
+            database,
+            targets,
+            ask: match (&probe.builtin, &probe.query) {
+                (Some(b), _) => Ask::Builtin(*b),
+                (None, q) => Ask::Sql(q.clone().unwrap_or_default()),
+            },
+            interval: probe.interval,
+            timeout: probe.timeout(),
+        }
+    }
+
+    /// One run over every target, `conns` kept open between runs.
+    pub async fn run_once(&self, conns: &mut [Option<Conn>]) -> Reading {
+        let mut worst: Option<f64> = None;
+        for (url, slot) in self.targets.iter().zip(conns.iter_mut()) {
+            let read = tokio::time::timeout(self.timeout, async {
+                if slot.is_none() {
+                    *slot = Some(Conn::open(self.database, url).await?);
+                }
+                slot.as_mut().expect("just opened").read(&self.ask).await
+            })
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {:?}", self.timeout)));
+            match read {
+                Ok(v) => worst = Some(worst.map_or(v, |w: f64| w.max(v))),
+                Err(e) => {
+                    *slot = None;
+                    let at = host(url);
+                    return Reading::Failed(format!("{at}: {e}"));
+                }
+            }
+        }
+        worst.map_or_else(|| Reading::Failed("nothing to ask".into()), Reading::Value)
+    }
+
+    /// Runs until the task is aborted, reporting each run to `health` as probe `index`.
+    pub fn spawn(self, health: Arc<Health>, index: usize) -> JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut conns: Vec<Option<Conn>> = self.targets.iter().map(|_| None).collect();
+            let mut ticker = tokio::time::interval(self.interval);
+            ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                let reading = self.run_once(&mut conns).await;
+                tracing::debug!(probe = %self.name, ?reading, "health probe");
+                health.record(index, reading);
+            }
+        })
+    }
+}
+
+/// `host:port` of a URL, to say which server a failure came from without its credentials.
+fn host(url: &str) -> String {
+    reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| {
+            let host = u.host_str()?.to_string();
+            Some(u.port().map_or(host.clone(), |p| format!("{host}:{p}")))
+        })
+        .unwrap_or_else(|| "the database".into())
+}
+
+/// Starts every configured probe; abort the handles to stop them.
+pub fn spawn_all(
+    probes: &[ProbeConfig],
+    sink: &SinkConfig,
+    health: &Arc<Health>,
+) -> Vec<JoinHandle<()>> {
+    probes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ProbeTask::new(p, sink).spawn(health.clone(), i))
+        .collect()
+}
