@@ -451,7 +451,8 @@ async fn drain(
     let pipeline = Pipeline::new(
         source,
         sink.clone(),
-        Decoder::new(config.sink.key.clone()),
+        Decoder::new(config.sink.key.clone())
+            .with_upsert(crate::sink::upsert::Upsert::from_config(&config.sink)),
         cadence,
         Delivery::new(sink, &config.retry, stats.clone())
             .with_limit(Arc::new(

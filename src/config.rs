@@ -354,8 +354,26 @@ pub struct SinkConfig {
     pub balance: BalanceConfig,
     #[serde(default = "default_table")]
     pub table: String,
-    /// JSON pointer to the record key; absent means the source position is the key.
+    /// JSON pointer to the record key, or `"@key"` for the Kafka message key; absent
+    /// means the source position is the key.
     pub key: Option<String>,
+    /// "insert" (default): the first version of a key stays. "upsert" (PostgreSQL): the
+    /// newest version wins, guarded by `version`.
+    #[serde(default)]
+    pub mode: crate::sink::upsert::SinkMode,
+    /// upsert: what orders a key's versions: "source" (the default; the Kafka offset) or
+    /// a JSON pointer to a number or an RFC 3339 timestamp.
+    pub version: Option<String>,
+    /// upsert: a Kafka tombstone (no value) deletes the key of its message key.
+    #[serde(default)]
+    pub delete_on_tombstone: bool,
+    /// upsert: a JSON pointer whose value `true` (or `"true"`) makes the record a delete.
+    pub delete_flag: Option<String>,
+    /// upsert with `columns`: the column keeping each row's version (default "version").
+    pub version_column: Option<String>,
+    /// upsert with `columns`: the boolean column marking a deleted key (default
+    /// "deleted"; needed only when deletes are configured).
+    pub deleted_column: Option<String>,
     /// Most records written in one statement/transaction.
     #[serde(default = "default_max_batch")]
     pub max_batch: usize,
@@ -1118,12 +1136,14 @@ impl Config {
         p.check(crate::sink::elasticsearch::settings::validate(&self.sink));
         if let Some(key) = &self.sink.key
             && !key.starts_with('/')
+            && key != crate::sink::upsert::MESSAGE_KEY
         {
             p.add(
                 "sink.key",
-                format!("{key:?} is not a JSON pointer (it must start with '/', e.g. \"/id\")"),
+                format!("{key:?} is not a JSON pointer (it must start with '/', e.g. \"/id\") nor \"@key\" (the Kafka message key)"),
             );
         }
+        crate::sink::upsert::validate(&self.sink, self.source.kind, p);
         if let Some(bytes) = self.sink.max_batch_bytes {
             p.count("sink.max_batch_bytes", bytes, 1, u64::from(u32::MAX));
         }

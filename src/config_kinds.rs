@@ -42,6 +42,16 @@ const SINK_KEYS: &[(&str, &str, &[SinkKind])] = &[
     ("dead_letters", "sink.dead_letters", &[HTTP, ES]),
     ("columns", "sink.columns", &[SinkKind::Postgres]),
     ("key_column", "sink.key_column", &[SinkKind::Postgres]),
+    (
+        "version_column",
+        "sink.version_column",
+        &[SinkKind::Postgres],
+    ),
+    (
+        "deleted_column",
+        "sink.deleted_column",
+        &[SinkKind::Postgres],
+    ),
     ("coerce", "sink.coerce", &[SinkKind::Postgres]),
     (
         "throttle_sqlstates",

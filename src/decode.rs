@@ -3,16 +3,28 @@
 use serde_json::Value;
 
 use crate::record::{DeadLetter, Record, Row};
+use crate::sink::upsert::{MESSAGE_KEY, Upsert};
 
-/// How a record's key is found: a JSON pointer into the payload, or the source's own key.
+/// How a record's key is found: a JSON pointer into the payload, the Kafka message key
+/// (`@key`), or the source's own key; and in upsert mode its version and whether it deletes.
 #[derive(Debug, Clone)]
 pub struct Decoder {
     key_pointer: Option<String>,
+    upsert: Option<Upsert>,
 }
 
 impl Decoder {
     pub fn new(key_pointer: Option<String>) -> Self {
-        Decoder { key_pointer }
+        Decoder {
+            key_pointer,
+            upsert: None,
+        }
+    }
+
+    /// Decodes for upsert mode: every row gets a version; tombstones and flagged records
+    /// become deletes.
+    pub fn with_upsert(self, upsert: Option<Upsert>) -> Self {
+        Decoder { upsert, ..self }
     }
 
     pub fn decode(&self, record: Record) -> Result<Row, DeadLetter> {
@@ -34,6 +46,24 @@ impl Decoder {
             ));
         }
         if record.context.tombstone {
+            if let Some(upsert) = self.upsert.as_ref().filter(|u| u.delete_on_tombstone) {
+                let key = match message_key(&record) {
+                    Ok(key) => key,
+                    Err(reason) => return Err(reject(record, reason)),
+                };
+                let version = match upsert.version_of(record.position.start, None) {
+                    Ok(v) => v,
+                    Err(reason) => return Err(reject(record, reason)),
+                };
+                return Ok(Row {
+                    key,
+                    payload: String::new(),
+                    origin: record.origin,
+                    context: record.context,
+                    version: Some(version),
+                    delete: true,
+                });
+            }
             return Err(reject(
                 record,
                 "tombstone: the message has no value (a delete marker), nothing to write".into(),
@@ -48,6 +78,10 @@ impl Decoder {
         };
         let key = match &self.key_pointer {
             None => record.fallback_key.clone(),
+            Some(at) if at == MESSAGE_KEY => match message_key(&record) {
+                Ok(key) => key,
+                Err(reason) => return Err(reject(record, reason)),
+            },
             Some(pointer) => match value.pointer(pointer) {
                 None | Some(Value::Null) => {
                     return Err(reject(record, format!("missing key {pointer}")));
@@ -65,6 +99,13 @@ impl Decoder {
                 }
             },
         };
+        let (version, delete) = match &self.upsert {
+            None => (None, false),
+            Some(upsert) => match upsert.version_of(record.position.start, Some(&value)) {
+                Ok(v) => (Some(v), upsert.is_delete(&value)),
+                Err(reason) => return Err(reject(record, reason)),
+            },
+        };
         // The payload was valid JSON, hence valid UTF-8.
         let payload = String::from_utf8(record.payload).expect("JSON is UTF-8");
         Ok(Row {
@@ -72,7 +113,18 @@ impl Decoder {
             payload: payload.trim_end().to_string(),
             origin: record.origin,
             context: record.context,
+            version,
+            delete,
         })
+    }
+}
+
+/// The Kafka message key as the record key: its bytes as text, as the producer sent them.
+fn message_key(record: &Record) -> Result<String, String> {
+    match record.context.key.as_deref() {
+        None | Some([]) => Err("missing key: the message has no key (sink.key = \"@key\")".into()),
+        Some(bytes) => String::from_utf8(bytes.to_vec())
+            .map_err(|_| "the message key is not UTF-8 text (sink.key = \"@key\")".into()),
     }
 }
 
@@ -180,6 +232,51 @@ mod tests {
             key(r#"{"id":"6f1c-uuid"}"#),
             "6f1c-uuid",
             "a UUID-like key is unchanged"
+        );
+    }
+
+    #[test]
+    fn upsert_rows_carry_versions_and_deletes() {
+        use crate::sink::upsert::{Upsert, VersionFrom};
+        let by_offset = Decoder::new(Some(MESSAGE_KEY.into())).with_upsert(Some(Upsert {
+            version: VersionFrom::Source,
+            delete_on_tombstone: true,
+            delete_flag: None,
+        }));
+        let mut keyed = rec(r#"{"n":1}"#);
+        keyed.position.start = 77;
+        keyed.context.key = Some(b"k-1".to_vec());
+        let row = by_offset.decode(keyed.clone()).unwrap();
+        assert_eq!((row.key.as_str(), row.delete), ("k-1", false));
+        assert_eq!(row.version.unwrap().numeric, "77");
+        keyed.context.tombstone = true;
+        keyed.payload.clear();
+        let row = by_offset.decode(keyed.clone()).unwrap();
+        assert!(row.delete);
+        assert_eq!(row.key, "k-1");
+        keyed.context.key = None;
+        assert!(
+            by_offset
+                .decode(keyed)
+                .unwrap_err()
+                .reason
+                .contains("no key")
+        );
+        let by_field = Decoder::new(Some("/id".into())).with_upsert(Some(Upsert {
+            version: VersionFrom::Pointer("/at".into()),
+            delete_on_tombstone: false,
+            delete_flag: Some("/gone".into()),
+        }));
+        let row = by_field
+            .decode(rec(r#"{"id":1,"at":"2024-01-01T00:00:00Z","gone":true}"#))
+            .unwrap();
+        assert!(row.delete);
+        assert_eq!(row.version.unwrap().numeric, "1704067200000000000");
+        let letter = by_field.decode(rec(r#"{"id":1,"at":"soon"}"#)).unwrap_err();
+        assert!(letter.reason.contains("version /at"), "{}", letter.reason);
+        assert_eq!(
+            by_field.decode(rec(r#"{"id":1}"#)).unwrap_err().reason,
+            "missing version /at"
         );
     }
 

@@ -50,6 +50,10 @@ pub struct Row {
     pub origin: String,
     /// Carried along only for a dead letter, should the sink refuse the row.
     pub context: SourceContext,
+    /// Upsert mode: the version that must be newer than the stored one to apply.
+    pub version: Option<crate::sink::upsert::Version>,
+    /// Upsert mode: the record deletes its key (a tombstone, a delete flag).
+    pub delete: bool,
 }
 
 /// A record that will never be written, with why.

@@ -72,7 +72,7 @@ mod tests {
             key: "k".into(),
             payload: "x".repeat(payload_len),
             origin: "o".into(),
-            context: Default::default(),
+            ..Default::default()
         }
     }
 
