@@ -216,6 +216,22 @@ impl Delivery {
                     Stats::add(&self.stats.written, inserted);
                     Stats::add(&self.stats.duplicates, duplicates);
                 }
+                WriteOutcome::Upserted {
+                    written,
+                    deleted,
+                    stale,
+                } => {
+                    outage = 0;
+                    unexplained.written();
+                    self.pressure
+                        .written(piece.rows.len() as u64, row_bytes(&piece.rows));
+                    metrics::counter!(ITEMS, "outcome" => "written").increment(written);
+                    metrics::counter!(ITEMS, "outcome" => "deleted").increment(deleted);
+                    metrics::counter!(ITEMS, "outcome" => "stale").increment(stale);
+                    Stats::add(&self.stats.written, written);
+                    Stats::add(&self.stats.deleted, deleted);
+                    Stats::add(&self.stats.stale, stale);
+                }
                 WriteOutcome::Throttled {
                     retry_after,
                     unit,
@@ -484,7 +500,7 @@ impl Delivery {
         let mut attempt = 0;
         let outcome = loop {
             match self.sink.dead_letter(dead).await {
-                WriteOutcome::Written { .. } => {
+                WriteOutcome::Written { .. } | WriteOutcome::Upserted { .. } => {
                     Stats::add(&self.stats.dead_lettered, dead.len() as u64);
                     break Ok(());
                 }

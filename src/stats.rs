@@ -13,6 +13,9 @@ pub struct Stats {
     pub pulled: AtomicU64,
     pub written: AtomicU64,
     pub duplicates: AtomicU64,
+    /// Upsert mode: keys deleted, and records not applied over a version as new.
+    pub deleted: AtomicU64,
+    pub stale: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub throttled: AtomicU64,
     /// Records a sink answering record by record refused for now (and were sent again).
@@ -194,6 +197,8 @@ impl Stats {
             written: self.written.load(Relaxed),
             dead_lettered: self.dead_lettered.load(Relaxed),
             duplicates: self.duplicates.load(Relaxed),
+            deleted: self.deleted.load(Relaxed),
+            stale: self.stale.load(Relaxed),
             throttled: self.throttled.load(Relaxed),
             throttled_records: self.throttled_records.load(Relaxed),
             retries: self.retries.load(Relaxed),
@@ -217,6 +222,12 @@ pub struct Summary {
     pub dead_lettered: u64,
     /// Records whose key was already in the sink (redelivery or a repeated load).
     pub duplicates: u64,
+    /// Upsert mode: keys deleted (a tombstone version stored).
+    pub deleted: u64,
+    /// Upsert mode: records not applied because their key held a version at least as new
+    /// (stored by an earlier write, or later in the same batch): out-of-order completion,
+    /// redelivery, or versions that arrived shuffled.
+    pub stale: u64,
     /// Writes the sink answered with "slow down".
     pub throttled: u64,
     /// Records a bulk answer refused for now and that were sent again alone (the rest of
@@ -256,10 +267,15 @@ impl std::fmt::Display for Summary {
         };
         write!(
             f,
-            "pulled {} · written {} · duplicates {} · dead-lettered {} · throttled {} · retries {} · resent unanswered {} · {:.1} s ({:.0} rec/s){}{}",
+            "pulled {} · written {} · duplicates {}{} · dead-lettered {} · throttled {} · retries {} · resent unanswered {} · {:.1} s ({:.0} rec/s){}{}",
             self.pulled,
             self.written,
             self.duplicates,
+            if self.deleted + self.stale > 0 {
+                format!(" · deleted {} · stale {}", self.deleted, self.stale)
+            } else {
+                String::new()
+            },
             self.dead_lettered,
             self.throttled,
             self.retries,

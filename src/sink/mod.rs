@@ -11,6 +11,7 @@ pub mod mysql;
 pub mod postgres;
 pub mod private_file;
 pub mod sqlite;
+pub mod upsert;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,14 @@ use crate::shutdown::Shutdown;
 pub enum WriteOutcome {
     /// Durably written; `duplicates` keys were already there and were left alone.
     Written { inserted: u64, duplicates: u64 },
+    /// Upsert mode: durably written. `written` keys were inserted or updated, `deleted`
+    /// keys deleted (a tombstone version stored), `stale` records left alone because the
+    /// key already held a version at least as new (one stored, or one later in the batch).
+    Upserted {
+        written: u64,
+        deleted: u64,
+        stale: u64,
+    },
     /// The sink asked us to slow down (HTTP 429/503, a throttling SQLSTATE).
     Throttled {
         retry_after: Option<Duration>,
@@ -98,7 +107,7 @@ impl WriteOutcome {
     /// The outcome's name, for metrics labels.
     pub fn label(&self) -> &'static str {
         match self {
-            WriteOutcome::Written { .. } => "written",
+            WriteOutcome::Written { .. } | WriteOutcome::Upserted { .. } => "written",
             WriteOutcome::Throttled { .. } => "throttled",
             WriteOutcome::Unavailable(_) => "unavailable",
             WriteOutcome::Transient(_) => "transient",

@@ -55,8 +55,16 @@ fn describe() {
         "Records whose key was already in the sink."
     );
     describe_counter!(
+        "sluice_records_deleted_total",
+        "Upsert mode: keys deleted (a tombstone version stored)."
+    );
+    describe_counter!(
+        "sluice_records_stale_total",
+        "Upsert mode: records not applied because their key held a version at least as new."
+    );
+    describe_counter!(
         ITEMS,
-        "Records the sink answered for, by outcome: written, duplicate, throttled (refused for now, sent again), failed (retried), rejected (dead-lettered)."
+        "Records the sink answered for, by outcome: written, duplicate, deleted, stale (upsert), throttled (refused for now, sent again), failed (retried), rejected (dead-lettered)."
     );
     describe_counter!(
         "sluice_throttle_events_total",
@@ -133,6 +141,8 @@ pub fn render(stats: &Stats) -> String {
     counter!("sluice_records_written_total").absolute(stats.written.load(Relaxed));
     counter!("sluice_records_dead_lettered_total").absolute(stats.dead_lettered.load(Relaxed));
     counter!("sluice_records_duplicates_total").absolute(stats.duplicates.load(Relaxed));
+    counter!("sluice_records_deleted_total").absolute(stats.deleted.load(Relaxed));
+    counter!("sluice_records_stale_total").absolute(stats.stale.load(Relaxed));
     counter!("sluice_throttle_events_total").absolute(stats.throttled.load(Relaxed));
     counter!("sluice_retries_total").absolute(stats.retries.load(Relaxed));
     gauge!("sluice_rate_limit_records_per_second").set(stats.rate_limit.get());

@@ -219,7 +219,7 @@ fn first_special(bytes: &[u8]) -> Option<usize> {
 
 /// `{key_column: key, column: value at its pointer, …}`; a missing or null value is left
 /// out (NULL in the row). The key goes in as text, for the key column's input function.
-fn mapped_object(
+pub(super) fn mapped_object(
     row: &Row,
     key_column: &str,
     columns: &[MappedColumn],

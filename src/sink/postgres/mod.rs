@@ -8,6 +8,7 @@ pub mod nodelay;
 pub mod settings;
 pub mod sqlstate;
 pub mod tls;
+pub mod upsert;
 
 use std::time::Duration;
 
@@ -19,11 +20,13 @@ use sqlx::{Connection, Executor, SqlSafeStr};
 use self::coerce::ColumnKind;
 use self::layout::{Layout, MappedColumn};
 use self::sqlstate::{ErrorClass, Phase, classify};
+use self::upsert::UpsertLayout;
 use super::dead_letters::headers_json;
 use super::identifier::quote;
 use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
 use crate::config::Config;
 use crate::record::{DeadLetter, Row};
+use crate::sink::upsert::{SinkMode, VersionKind};
 
 /// How long a write waits for a pooled connection before it counts as an outage (and
 /// is retried with backoff).
@@ -35,6 +38,10 @@ const COPY_CHUNK: usize = 64 * 1024;
 pub struct PostgresSink {
     pool: PgPool,
     layout: Layout,
+    /// Upsert mode: the guarded statement that replaces the insert.
+    upsert: Option<UpsertLayout>,
+    /// Upsert mode: the kind of version the table holds, once known (`sluice_version_kinds`).
+    version_kind: tokio::sync::OnceCell<VersionKind>,
     /// The table this sink writes, named in its dead letters.
     table: String,
     throttle_sqlstates: Vec<String>,
@@ -85,18 +92,36 @@ impl PostgresSink {
                     },
                 }
             })?;
-        let layout = match &sink.columns {
-            None => Layout::created(&sink.table),
+        let upserting = sink.mode == SinkMode::Upsert;
+        let (layout, upsert) = match &sink.columns {
+            None => (
+                Layout::created(&sink.table),
+                upserting.then(|| UpsertLayout::created(&sink.table)),
+            ),
             Some(columns) => {
                 let key_column = sink.key_column.as_deref().unwrap_or("key");
                 let columns: Vec<(String, String)> = columns
                     .iter()
                     .map(|(c, p)| (c.clone(), p.clone()))
                     .collect();
-                let table = inspect(&pool, &sink.table, key_column, &columns)
+                let version_column = sink.version_column.as_deref().unwrap_or("version");
+                let deletes = sink.delete_on_tombstone || sink.delete_flag.is_some();
+                let deleted_column =
+                    deletes.then(|| sink.deleted_column.as_deref().unwrap_or("deleted"));
+                let guard: Vec<(String, String)> = if upserting {
+                    std::iter::once(version_column)
+                        .chain(deleted_column)
+                        .map(|c| (c.to_string(), String::new()))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let inspected: Vec<(String, String)> =
+                    columns.iter().chain(&guard).cloned().collect();
+                let table = inspect(&pool, &sink.table, key_column, &inspected)
                     .await
                     .map_err(|e| fail(&e))?;
-                let columns = columns
+                let columns: Vec<MappedColumn> = columns
                     .into_iter()
                     .map(|(name, pointer)| MappedColumn {
                         kind: table.kinds[&name].clone(),
@@ -104,29 +129,130 @@ impl PostgresSink {
                         pointer,
                     })
                     .collect();
-                Layout::mapped(
-                    &table.qualified,
-                    key_column,
-                    columns,
-                    sink.coerce.unwrap_or_default(),
+                let coerce = sink.coerce.unwrap_or_default();
+                let upsert = if upserting {
+                    guard_columns(&table, version_column, deleted_column).map_err(|e| fail(&e))?;
+                    Some(UpsertLayout::mapped(
+                        &table.qualified,
+                        key_column,
+                        version_column,
+                        deleted_column,
+                        columns.clone(),
+                        coerce,
+                    ))
+                } else {
+                    None
+                };
+                (
+                    Layout::mapped(&table.qualified, key_column, columns, coerce),
+                    upsert,
                 )
             }
         };
         let create_table = matches!(layout, Layout::Created { .. }).then_some(sink.table.as_str());
-        create_tables(&pool, create_table)
+        create_tables(&pool, create_table, upserting)
             .await
             .map_err(|e| fail(&e))?;
         // What `check` and start-up promise: the statement every batch runs is valid.
+        let statement = upsert
+            .as_ref()
+            .map_or(layout.statement(), UpsertLayout::statement);
         (&pool)
-            .prepare(sqlx::AssertSqlSafe(layout.statement()).into_sql_str())
+            .prepare(sqlx::AssertSqlSafe(statement.to_string()).into_sql_str())
             .await
-            .map_err(|e| fail(&format!("the insert statement does not prepare: {e}")))?;
+            .map_err(|e| fail(&format!("the write statement does not prepare: {e}")))?;
+        let version_kind = tokio::sync::OnceCell::new();
+        if upserting
+            && let Some(kind) = stored_version_kind(&pool, &sink.table)
+                .await
+                .map_err(|e| fail(&e))?
+        {
+            let _ = version_kind.set(kind);
+        }
         Ok(PostgresSink {
             pool,
             layout,
+            upsert,
+            version_kind,
             table: sink.table.clone(),
             throttle_sqlstates: sink.throttle_sqlstates.clone(),
         })
+    }
+
+    /// The kind of version the table holds: the one recorded, or else this batch's first
+    /// (recorded now, so that every worker and every later run compares like with like).
+    async fn version_kind(&self, rows: &[Row]) -> Result<Option<VersionKind>, sqlx::Error> {
+        if let Some(kind) = self.version_kind.get() {
+            return Ok(Some(*kind));
+        }
+        let Some(first) = rows.iter().find_map(|r| r.version.as_ref()) else {
+            return Ok(None);
+        };
+        // Two statements: the second's snapshot sees a kind another worker claimed at the
+        // same moment (the insert waits for it to commit).
+        sqlx::query(
+            "INSERT INTO sluice_version_kinds (target, kind) VALUES ($1, $2) \
+             ON CONFLICT (target) DO NOTHING",
+        )
+        .bind(&self.table)
+        .bind(first.kind.name())
+        .execute(&self.pool)
+        .await?;
+        let kind = stored_version_kind(&self.pool, &self.table)
+            .await
+            .map_err(sqlx::Error::Protocol)?
+            .unwrap_or(first.kind);
+        let _ = self.version_kind.set(kind);
+        Ok(Some(kind))
+    }
+
+    /// Upsert mode: the batch's newest version of each key, applied over older ones only.
+    async fn write_upsert(&self, upsert: &UpsertLayout, rows: &[Row]) -> WriteOutcome {
+        let kind = match self.version_kind(rows).await {
+            Ok(kind) => kind,
+            Err(e) => return self.outcome(e, Phase::Statement),
+        };
+        let mixed: Vec<usize> = rows
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.version.as_ref().map(|v| v.kind) != kind)
+            .map(|(i, _)| i)
+            .collect();
+        if !mixed.is_empty() {
+            let kind = kind.map_or("none", VersionKind::name);
+            return WriteOutcome::Rejected {
+                rows: Some(mixed),
+                reason: format!(
+                    "mixed versions: table {} holds {kind} versions, this record's is another kind (versions of different kinds cannot be compared)",
+                    self.table
+                ),
+            };
+        }
+        let query = match upsert.upsert(rows) {
+            Ok(q) => q,
+            Err(refused) if refused.rows.is_empty() => return WriteOutcome::Fatal(refused.reason),
+            Err(refused) => {
+                return WriteOutcome::Rejected {
+                    rows: Some(refused.rows),
+                    reason: refused.reason,
+                };
+            }
+        };
+        let mut conn = match self.connection().await {
+            Ok(c) => c,
+            Err(outcome) => return outcome,
+        };
+        match query.fetch_one(&mut *conn).await {
+            Ok((written, deleted)) => {
+                let (written, deleted) = (written.max(0) as u64, deleted.max(0) as u64);
+                WriteOutcome::Upserted {
+                    written,
+                    deleted,
+                    stale: (rows.len() as u64).saturating_sub(written + deleted),
+                }
+            }
+            Err(e) => self.failed(&mut conn, e),
+        }
     }
 
     /// A pooled connection; failing to get one is judged as a connect-phase error.
@@ -339,25 +465,105 @@ async fn inspect(
     })
 }
 
-/// Creates the records table (when sluice owns its shape) and the dead-letter table.
-/// Serialised by an advisory lock: `CREATE TABLE IF NOT EXISTS` from workers starting
-/// together can otherwise fail on the type catalogue.
-async fn create_tables(pool: &PgPool, table: Option<&str>) -> Result<(), sqlx::Error> {
+/// Upsert into an existing table: the version column takes decimal text (numeric or an
+/// integer type), the deleted column is boolean.
+fn guard_columns(table: &Inspected, version: &str, deleted: Option<&str>) -> Result<(), String> {
+    if !matches!(
+        table.kinds[version],
+        ColumnKind::Number | ColumnKind::Integer { .. }
+    ) {
+        return Err(format!(
+            "sink.version_column {version:?} must be numeric or an integer type (timestamps are kept as nanoseconds since the epoch, Kafka offsets as they are)"
+        ));
+    }
+    if let Some(deleted) = deleted
+        && table.kinds[deleted] != ColumnKind::Boolean
+    {
+        return Err(format!(
+            "sink.deleted_column {deleted:?} must be boolean (true marks a deleted key)"
+        ));
+    }
+    Ok(())
+}
+
+/// The kind of version recorded for `table`, if any.
+async fn stored_version_kind(pool: &PgPool, table: &str) -> Result<Option<VersionKind>, String> {
+    let name: Option<String> =
+        sqlx::query_scalar("SELECT kind FROM sluice_version_kinds WHERE target = $1")
+            .bind(table)
+            .fetch_optional(pool)
+            .await
+            .map_err(|e| e.to_string())?;
+    Ok(name.as_deref().and_then(VersionKind::from_name))
+}
+
+/// Creates the records table (when sluice owns its shape) and the dead-letter table; in
+/// upsert mode the version and deleted columns (added to a table an insert-mode run
+/// created: its rows have no version, so any version replaces them) and the table of
+/// version kinds. Serialised by an advisory lock: `CREATE TABLE IF NOT EXISTS` from
+/// workers starting together can otherwise fail on the type catalogue.
+async fn create_tables(
+    pool: &PgPool,
+    table: Option<&str>,
+    upsert: bool,
+) -> Result<(), sqlx::Error> {
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin().await?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtext('sluice: create tables'))")
         .await?;
     if let Some(table) = table {
-        let ddl = format!(
-            "CREATE TABLE IF NOT EXISTS {} (
-                key text PRIMARY KEY,
-                payload jsonb NOT NULL,
-                source text,
-                ingested_at timestamptz NOT NULL DEFAULT now()
-            )",
-            quote(table)
-        );
+        let ddl = if upsert {
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (
+                    key text PRIMARY KEY,
+                    payload jsonb,
+                    source text,
+                    ingested_at timestamptz NOT NULL DEFAULT now(),
+                    version numeric,
+                    deleted boolean NOT NULL DEFAULT false
+                )",
+                quote(table)
+            )
+        } else {
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (
+                    key text PRIMARY KEY,
+                    payload jsonb NOT NULL,
+                    source text,
+                    ingested_at timestamptz NOT NULL DEFAULT now()
+                )",
+                quote(table)
+            )
+        };
         tx.execute(sqlx::AssertSqlSafe(ddl)).await?;
+        if upsert {
+            let guarded: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_attribute \
+                 WHERE attrelid = to_regclass($1) AND attname IN ('version', 'deleted') \
+                   AND NOT attisdropped",
+            )
+            .bind(quote(table))
+            .fetch_one(&mut *tx)
+            .await?;
+            if guarded < 2 {
+                let ddl = format!(
+                    "ALTER TABLE {} ADD COLUMN IF NOT EXISTS version numeric, \
+                       ADD COLUMN IF NOT EXISTS deleted boolean NOT NULL DEFAULT false, \
+                       ALTER COLUMN payload DROP NOT NULL",
+                    quote(table)
+                );
+                tx.execute(sqlx::AssertSqlSafe(ddl)).await?;
+            }
+        }
+    }
+    if upsert {
+        tx.execute(
+            "CREATE TABLE IF NOT EXISTS sluice_version_kinds (
+                target text PRIMARY KEY,
+                kind text NOT NULL
+            )",
+        )
+        .await?;
     }
     tx.execute(
         "CREATE TABLE IF NOT EXISTS sluice_dead_letters (
@@ -413,6 +619,9 @@ impl Sink for PostgresSink {
     }
 
     async fn write(&self, rows: &[Row]) -> WriteOutcome {
+        if let Some(upsert) = &self.upsert {
+            return self.write_upsert(upsert, rows).await;
+        }
         let mut conn = match self.connection().await {
             Ok(c) => c,
             Err(outcome) => return outcome,

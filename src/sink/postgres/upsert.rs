@@ -1,0 +1,270 @@
+//! Upsert statements: one per batch, guarded by the version each row keeps.
+//!
+//! The batch's versions of a key collapse to the newest inside the statement (`DISTINCT
+//! ON`, exact `numeric` comparison; PostgreSQL refuses to update one row twice in one
+//! statement), in key order, so two batches touching the same keys lock them in the same
+//! order and do not deadlock. `ON CONFLICT … DO UPDATE … WHERE stored < incoming` then
+//! applies a version only over an older one: `ON CONFLICT` locks the row and re-reads it,
+//! so a version written meanwhile by another batch or worker is compared too. A delete is
+//! the same upsert with `deleted = true` (the row stays as the tombstone version), so an
+//! older version arriving after the delete is refused like any other stale write.
+
+use serde_json::{Map, Value};
+use sqlx::postgres::{PgArguments, Postgres};
+use sqlx::query::QueryAs;
+use sqlx::{Arguments, AssertSqlSafe};
+
+use super::coerce::Coerce;
+use super::layout::{MappedColumn, Refused, mapped_object};
+use crate::record::Row;
+use crate::sink::identifier::quote;
+
+/// A batch's upsert: returns (rows inserted or updated, rows deleted).
+pub type Applied = QueryAs<'static, Postgres, (i64, i64), PgArguments>;
+
+/// The table shape an upsert writes and the statement that writes it.
+#[derive(Debug, Clone)]
+pub enum UpsertLayout {
+    /// The table sluice creates, with `version numeric` and `deleted boolean`; a delete
+    /// stores a NULL payload.
+    Created { statement: String },
+    /// An existing table: the mapped columns, the version column, and the deleted column
+    /// when deletes are configured. A delete sets the mapped columns NULL.
+    Mapped {
+        statement: String,
+        key_column: String,
+        version_column: String,
+        deleted_column: Option<String>,
+        columns: Vec<MappedColumn>,
+        coerce: Coerce,
+    },
+}
+
+/// The tail both shapes share: apply only over an older version, and count what applied.
+fn guarded(returning: &str, insert: &str, key: &str, assign: &[String], version: &str) -> String {
+    format!(
+        "{insert} ON CONFLICT ({key}) DO UPDATE SET {} \
+         WHERE t.{version} IS NULL OR t.{version} < excluded.{version} \
+         RETURNING {returning}",
+        assign.join(", ")
+    )
+}
+
+impl UpsertLayout {
+    pub fn created(table: &str) -> Self {
+        let table = quote(table);
+        let apply = guarded(
+            "t.deleted",
+            &format!(
+                "INSERT INTO {table} AS t (key, payload, source, version, deleted) \
+                 SELECT key, payload::jsonb, source, version, deleted FROM newest"
+            ),
+            "key",
+            &[
+                "payload = excluded.payload".into(),
+                "source = excluded.source".into(),
+                "version = excluded.version".into(),
+                "deleted = excluded.deleted".into(),
+                "ingested_at = now()".into(),
+            ],
+            "version",
+        );
+        UpsertLayout::Created {
+            statement: format!(
+                "WITH b AS (SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], \
+                   $4::text[]::numeric[], $5::bool[]) WITH ORDINALITY AS b(key, payload, source, version, deleted, n)), \
+                 newest AS (SELECT DISTINCT ON (key) key, payload, source, version, deleted \
+                   FROM b ORDER BY key, version DESC, n DESC), \
+                 applied AS ({apply}) \
+                 SELECT count(*) FILTER (WHERE NOT deleted), count(*) FILTER (WHERE deleted) FROM applied"
+            ),
+        }
+    }
+
+    /// `table`: schema-qualified and quoted; column names are validated identifiers.
+    pub fn mapped(
+        table: &str,
+        key_column: &str,
+        version_column: &str,
+        deleted_column: Option<&str>,
+        columns: Vec<MappedColumn>,
+        coerce: Coerce,
+    ) -> Self {
+        let written: Vec<String> = columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .chain(std::iter::once(version_column))
+            .chain(deleted_column)
+            .map(quote)
+            .collect();
+        let names: Vec<String> = std::iter::once(quote(key_column))
+            .chain(written.iter().cloned())
+            .collect();
+        let assign: Vec<String> = written
+            .iter()
+            .map(|n| format!("{n} = excluded.{n}"))
+            .collect();
+        let (key, version) = (quote(key_column), quote(version_column));
+        let deleted = deleted_column.map_or("false".to_string(), |d| format!("t.{}", quote(d)));
+        let apply = guarded(
+            &format!("{deleted} AS d"),
+            &format!(
+                "INSERT INTO {table} AS t ({}) SELECT {} FROM newest",
+                names.join(", "),
+                names.join(", ")
+            ),
+            &key,
+            &assign,
+            &version,
+        );
+        UpsertLayout::Mapped {
+            statement: format!(
+                "WITH b AS (SELECT r.*, e.sluice_n FROM \
+                   jsonb_array_elements($1::text::jsonb) WITH ORDINALITY AS e(doc, sluice_n), \
+                   LATERAL jsonb_populate_record(NULL::{table}, e.doc) AS r), \
+                 newest AS (SELECT DISTINCT ON ({key}) * FROM b \
+                   ORDER BY {key}, {version} DESC, sluice_n DESC), \
+                 applied AS ({apply}) \
+                 SELECT count(*) FILTER (WHERE NOT d), count(*) FILTER (WHERE d) FROM applied"
+            ),
+            key_column: key_column.to_string(),
+            version_column: version_column.to_string(),
+            deleted_column: deleted_column.map(str::to_string),
+            columns,
+            coerce,
+        }
+    }
+
+    pub fn statement(&self) -> &str {
+        match self {
+            UpsertLayout::Created { statement } | UpsertLayout::Mapped { statement, .. } => {
+                statement
+            }
+        }
+    }
+
+    /// The batch's upsert with its arguments bound, or the rows that cannot go in. Every
+    /// row carries a version (the decoder gives one to each in upsert mode).
+    pub fn upsert(&self, rows: &[Row]) -> Result<Applied, Refused> {
+        let encoding = |e: sqlx::error::BoxDynError| Refused {
+            rows: Vec::new(),
+            reason: format!("cannot encode the batch: {e}"),
+        };
+        fn version(row: &Row) -> &str {
+            row.version.as_ref().map_or("", |v| v.numeric.as_str())
+        }
+        let mut args = PgArguments::default();
+        match self {
+            UpsertLayout::Created { statement } => {
+                let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+                let payloads: Vec<Option<&str>> = rows
+                    .iter()
+                    .map(|r| (!r.delete).then_some(r.payload.as_str()))
+                    .collect();
+                let origins: Vec<&str> = rows.iter().map(|r| r.origin.as_str()).collect();
+                let versions: Vec<&str> = rows.iter().map(version).collect();
+                let deleted: Vec<bool> = rows.iter().map(|r| r.delete).collect();
+                args.add(keys).map_err(encoding)?;
+                args.add(payloads).map_err(encoding)?;
+                args.add(origins).map_err(encoding)?;
+                // Decimal text, cast server-side: exact whatever its size.
+                args.add(versions).map_err(encoding)?;
+                args.add(deleted).map_err(encoding)?;
+                Ok(sqlx::query_as_with(AssertSqlSafe(statement.clone()), args))
+            }
+            UpsertLayout::Mapped {
+                statement,
+                key_column,
+                version_column,
+                deleted_column,
+                columns,
+                coerce,
+            } => {
+                let mut objects = Vec::with_capacity(rows.len());
+                let mut refused: Option<Refused> = None;
+                for (i, row) in rows.iter().enumerate() {
+                    let object = if row.delete {
+                        let mut object = Map::new();
+                        object.insert(key_column.clone(), Value::String(row.key.clone()));
+                        Ok(Value::Object(object))
+                    } else {
+                        mapped_object(row, key_column, columns, *coerce)
+                    };
+                    match object {
+                        Ok(Value::Object(mut object)) => {
+                            let number = serde_json::from_str(version(row)).unwrap_or(Value::Null);
+                            object.insert(version_column.clone(), number);
+                            if let Some(deleted) = deleted_column {
+                                object.insert(deleted.clone(), Value::Bool(row.delete));
+                            }
+                            objects.push(Value::Object(object));
+                        }
+                        Ok(_) => unreachable!("a mapped row is an object"),
+                        Err(reason) => match &mut refused {
+                            Some(r) if r.reason == reason => r.rows.push(i),
+                            Some(_) => {}
+                            None => {
+                                refused = Some(Refused {
+                                    rows: vec![i],
+                                    reason,
+                                })
+                            }
+                        },
+                    }
+                }
+                if let Some(refused) = refused {
+                    return Err(refused);
+                }
+                args.add(Value::Array(objects).to_string())
+                    .map_err(encoding)?;
+                Ok(sqlx::query_as_with(AssertSqlSafe(statement.clone()), args))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::postgres::coerce::ColumnKind;
+
+    #[test]
+    fn the_guard_compares_versions_and_names_are_quoted() {
+        let created = UpsertLayout::created("ingest.state");
+        let sql = created.statement();
+        assert!(
+            sql.contains("INSERT INTO \"ingest\".\"state\" AS t"),
+            "{sql}"
+        );
+        assert!(sql.contains("DISTINCT ON (key)"), "{sql}");
+        assert!(
+            sql.contains("WHERE t.version IS NULL OR t.version < excluded.version"),
+            "{sql}"
+        );
+        let columns = vec![MappedColumn {
+            name: "level".into(),
+            pointer: "/level".into(),
+            kind: ColumnKind::Integer { min: 0, max: 100 },
+        }];
+        let mapped = UpsertLayout::mapped(
+            "\"public\".\"stock\"",
+            "sku",
+            "rev",
+            Some("gone"),
+            columns,
+            Coerce::Strict,
+        );
+        let sql = mapped.statement();
+        assert!(
+            sql.contains(
+                "INSERT INTO \"public\".\"stock\" AS t (\"sku\", \"level\", \"rev\", \"gone\")"
+            ),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("\"level\" = excluded.\"level\", \"rev\" = excluded.\"rev\", \"gone\" = excluded.\"gone\""),
+            "{sql}"
+        );
+        assert!(sql.contains("t.\"rev\" < excluded.\"rev\""), "{sql}");
+    }
+}
