@@ -173,3 +173,18 @@ fn check_reports_every_problem_at_once() {
     }
     assert!(err.contains("4 problems"), "{err}");
 }
+
+#[test]
+fn upsert_into_mysql_is_not_implemented_yet() {
+    check_refused(
+        &[
+            ("SLUICE_SINK__KIND", "mysql"),
+            ("SLUICE_SINK__URL", "mysql://sluice@127.0.0.1/sluice_test"),
+            ("SLUICE_SINK__MODE", "upsert"),
+            ("SLUICE_SINK__VERSION", "/n"),
+        ],
+        "",
+        "in.ndjson",
+        "sink.mode",
+    );
+}

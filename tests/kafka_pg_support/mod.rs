@@ -12,9 +12,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use sqlx::{Connection, PgConnection};
 use tokio::process::{Child, Command};
 
@@ -423,4 +428,54 @@ pub async fn drain_rate(table: &str, records: usize) -> Option<f64> {
 pub fn rate_before_last_batch(records: usize, last_batch: i64, span_us: i64) -> Option<f64> {
     let before_last = records as i64 - last_batch;
     (before_last > 0).then(|| before_last as f64 / (span_us.max(1) as f64 / 1e6))
+}
+
+/// Counts failed deliveries: a load must be complete for a test to mean anything.
+struct Failures(Arc<AtomicU64>);
+
+impl ClientContext for Failures {}
+
+impl ProducerContext for Failures {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if result.is_err() {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Produces (key, partition, value) messages in order, a `None` value as a tombstone
+/// (which `sluice produce` cannot send). No retries: a retry could reorder a partition;
+/// a failed delivery fails the test instead. Blocking: call it from `spawn_blocking`.
+pub fn produce_keyed(topic: &str, messages: &[(String, i32, Option<String>)]) {
+    let failures = Arc::new(AtomicU64::new(0));
+    let producer: BaseProducer<Failures> = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "10000")
+        .set("message.send.max.retries", "0")
+        .create_with_context(Failures(failures.clone()))
+        .unwrap();
+    for (key, partition, value) in messages {
+        loop {
+            let mut record = BaseRecord::to(topic).key(key).partition(*partition);
+            if let Some(value) = value {
+                record = record.payload(value);
+            }
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    producer.poll(Duration::from_millis(20));
+                }
+                Err((err, _)) => panic!("producing to {topic}: {err}"),
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        failures.load(Ordering::Relaxed),
+        0,
+        "every message delivered"
+    );
 }
