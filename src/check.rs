@@ -50,6 +50,24 @@ pub async fn probe_all(config: &Config, timeout: Duration) -> Vec<Probe> {
         };
         probes.push(Probe { what, result });
     }
+    for probe in &config.health.probe {
+        // Reached and read: ok, whatever the value (over max holds writes, it is no fault).
+        let task = crate::health::probe::ProbeTask::new(probe, &config.sink);
+        let mut conns: Vec<_> = task.targets.iter().map(|_| None).collect();
+        let reading = within(timeout, async {
+            match task.run_once(&mut conns).await {
+                crate::control::health::Reading::Value(v) => {
+                    Ok(format!("reads {v} (max {})", probe.max()))
+                }
+                crate::control::health::Reading::Failed(e) => Err(e),
+            }
+        })
+        .await;
+        probes.push(Probe {
+            what: format!("health probe {}", probe.name()),
+            result: reading,
+        });
+    }
     if let Some(listen) = config.telemetry.listen {
         let result = match std::net::TcpListener::bind(listen) {
             Ok(_) => Ok("free".into()),

@@ -1025,8 +1025,8 @@ fn print_status(status: &crate::telemetry::control::Status) {
             .map_or("as configured".into(), |b| format!("{b} records"))
     );
     println!(
-        "rate now: {} rec/s; written: {}",
-        status.rate_limit, status.written
+        "rate now: {} rec/s in batches of {}; written: {}",
+        status.rate_limit, status.batch_records, status.written
     );
     for p in &status.probes {
         println!(

@@ -507,6 +507,10 @@ fn ctl_pauses_resumes_and_sets_the_rate_of_a_running_worker() {
     assert_eq!(status(dir.path())["written"].as_u64().unwrap(), paused_at);
     assert!(paused_at < n as u64);
 
+    let out = ctl(dir.path(), &["batch", "3"], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = ctl(dir.path(), &["batch", "0"], None);
+    assert_eq!(out.status.code(), Some(2), "a batch of 0 is refused");
     let out = ctl(dir.path(), &["rate", "20"], None);
     assert!(out.status.success(), "{}", stderr(&out));
     let out = ctl(dir.path(), &["resume"], None);
@@ -515,6 +519,10 @@ fn ctl_pauses_resumes_and_sets_the_rate_of_a_running_worker() {
         let s = status(dir.path());
         s["held_by"].is_null() && s["rate_limit"].as_f64().is_some_and(|r| r <= 20.0)
     });
+    assert!(status(dir.path())["batch_records"].as_u64().unwrap() <= 3);
+    let out = ctl(dir.path(), &["status"], None);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("batch 3 records"), "{text}");
     let at = Instant::now();
     let before = status(dir.path())["written"].as_u64().unwrap();
     std::thread::sleep(Duration::from_secs(1));
@@ -583,6 +591,15 @@ fn mysql_threads_running_as_a_probe() {
     assert_eq!(lag["holds"], true, "{quiet}");
     assert!(lag["value"].is_null(), "{quiet}");
     eprintln!("mysql replica_lag on a non-replica: {}", lag["verdict"]);
+    // `sluice check` reaches and reads each probe; the unreadable one fails the check.
+    let check = run_in(dir.path(), &["check", "-c", "sluice.toml"]);
+    let text = stderr(&check);
+    assert!(
+        text.contains("health probe active_sessions: reads"),
+        "{text}"
+    );
+    assert!(text.contains("health probe lag"), "{text}");
+    assert_eq!(check.status.code(), Some(1), "{text}");
     let sleepers: Vec<Child> = (0..3)
         .map(|_| {
             Command::new("mariadb")
@@ -623,4 +640,76 @@ fn mysql_threads_running_as_a_probe() {
     poll(Duration::from_secs(10), "the sleepers to end", || {
         plan(dir.path())["health"][0]["holds"] == false
     });
+}
+
+/// Leases and health combine: a worker held by a probe keeps its leases only for
+/// `idle_grace`, and takes them again once the probe lets it write.
+#[test]
+fn a_worker_held_by_health_gives_its_leases_back_after_idle_grace() {
+    let knob = unique("health_knob");
+    let pool = unique("health_pool");
+    let psql = |sql: &str| {
+        let out = Command::new("psql")
+            .arg(pg_url())
+            .args(["-XtAq", "-c", sql])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{sql}: {}", stderr(&out));
+    };
+    psql(&format!(
+        "create table {knob} (v float8); insert into {knob} values (0)"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 5000, &[]);
+    std::fs::write(
+        dir.path().join("sluice.toml"),
+        format!(
+            "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://out.db\"\ntable = \"records\"\nkey = \"/id\"\n\n[rate]\ntick = \"100ms\"\n\n\
+             [leases]\nstore = {:?}\npool = {pool:?}\ncapacity = 200\npartitions = 4\nttl = \"4s\"\nidle_grace = \"2s\"\n\n\
+             [[health.probe]]\nname = \"knob\"\nquery = \"select v from {knob}\"\nurl = {:?}\nmax = 10\ninterval = \"200ms\"\n",
+            pg_url(),
+            pg_url()
+        ),
+    )
+    .unwrap();
+    let held = |dir: &Path| {
+        let out = run_in(dir, &["leases", "-c", "sluice.toml", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["leases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["expires_in_s"].as_f64().unwrap() > 0.0)
+            .count()
+    };
+    let worker = worker(dir.path(), true);
+    poll(Duration::from_secs(15), "the worker's first lease", || {
+        held(dir.path()) > 0
+    });
+    psql(&format!("update {knob} set v = 100"));
+    let at = Instant::now();
+    poll(
+        Duration::from_secs(8),
+        "the held worker to give its leases back",
+        || held(dir.path()) == 0,
+    );
+    let released = at.elapsed();
+    psql(&format!("update {knob} set v = 0"));
+    let at = Instant::now();
+    poll(Duration::from_secs(8), "a lease again once writing", || {
+        held(dir.path()) > 0
+    });
+    eprintln!(
+        "leases: given back {:.1} s after the probe went over max (idle_grace 2 s), taken again {:.1} s after it fell back",
+        released.as_secs_f64(),
+        at.elapsed().as_secs_f64()
+    );
+    assert!(released >= Duration::from_millis(1500), "{released:?}");
+    let _ = Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status();
+    let out = finish(worker, Duration::from_secs(20));
+    assert!(out.status.success(), "{}", stderr(&out));
+    psql(&format!("drop table {knob}"));
 }

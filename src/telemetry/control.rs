@@ -26,6 +26,8 @@ pub struct Status {
     /// Why new writes are held, if they are: a probe's name or "operator".
     pub held_by: Option<String>,
     pub rate_limit: f64,
+    /// Records per batch in the current plan.
+    pub batch_records: u64,
     pub written: u64,
     pub probes: Vec<ProbeView>,
 }
@@ -83,6 +85,10 @@ async fn status(State(s): State<Shared>) -> Json<Status> {
         controls: s.health.controls().get(),
         held_by: s.health.held_by(),
         rate_limit: s.stats.rate_limit.get(),
+        batch_records: s
+            .stats
+            .batch_records
+            .load(std::sync::atomic::Ordering::Relaxed),
         written: s.stats.written.load(std::sync::atomic::Ordering::Relaxed),
         probes: s.health.probes(),
     })
