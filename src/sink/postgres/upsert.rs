@@ -153,6 +153,8 @@ impl UpsertLayout {
         fn version(row: &Row) -> &str {
             row.version.as_ref().map_or("", |v| v.numeric.as_str())
         }
+        let kept = newest(rows);
+        let rows: Vec<&Row> = kept.iter().map(|&i| &rows[i]).collect();
         let mut args = PgArguments::default();
         match self {
             UpsertLayout::Created { statement } => {
@@ -162,7 +164,7 @@ impl UpsertLayout {
                     .map(|r| (!r.delete).then_some(r.payload.as_str()))
                     .collect();
                 let origins: Vec<&str> = rows.iter().map(|r| r.origin.as_str()).collect();
-                let versions: Vec<&str> = rows.iter().map(version).collect();
+                let versions: Vec<&str> = rows.iter().map(|r| version(r)).collect();
                 let deleted: Vec<bool> = rows.iter().map(|r| r.delete).collect();
                 args.add(keys).map_err(encoding)?;
                 args.add(payloads).map_err(encoding)?;
@@ -190,6 +192,7 @@ impl UpsertLayout {
                     } else {
                         mapped_object(row, key_column, columns, *coerce)
                     };
+                    let i = kept[i];
                     match object {
                         Ok(Value::Object(mut object)) => {
                             let number = serde_json::from_str(version(row)).unwrap_or(Value::Null);
@@ -223,10 +226,65 @@ impl UpsertLayout {
     }
 }
 
+/// The rows worth sending, in batch order: of the versions of a key only the newest (the
+/// later one on a tie), when the batch's versions are integers (offsets, timestamps,
+/// integral numbers) and compare here; otherwise every row, and `DISTINCT ON` picks in
+/// the statement. Superseded rows never reach the wire: a batch from a partition often
+/// holds several versions of a key.
+fn newest(rows: &[Row]) -> Vec<usize> {
+    let integers: Option<Vec<i128>> = rows
+        .iter()
+        .map(|r| r.version.as_ref().and_then(|v| v.numeric.parse().ok()))
+        .collect();
+    let Some(integers) = integers else {
+        return (0..rows.len()).collect();
+    };
+    let mut newest: std::collections::HashMap<&str, usize> =
+        std::collections::HashMap::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        newest
+            .entry(row.key.as_str())
+            .and_modify(|kept| {
+                if integers[i] >= integers[*kept] {
+                    *kept = i;
+                }
+            })
+            .or_insert(i);
+    }
+    let mut kept: Vec<usize> = newest.into_values().collect();
+    kept.sort_unstable();
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sink::postgres::coerce::ColumnKind;
+
+    fn row(key: &str, version: &str) -> Row {
+        Row {
+            key: key.into(),
+            version: Some(crate::sink::upsert::Version {
+                kind: crate::sink::upsert::VersionKind::Number,
+                numeric: version.into(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_keeps_the_newest_version_of_each_key() {
+        let rows = [
+            row("a", "5"),
+            row("b", "1"),
+            row("a", "3"),
+            row("b", "2"),
+            row("a", "5"),
+        ];
+        assert_eq!(newest(&rows), vec![3, 4], "b's 2, a's later 5");
+        let fractions = [row("a", "1.5"), row("a", "1.25")];
+        assert_eq!(newest(&fractions), vec![0, 1], "left to the statement");
+    }
 
     #[test]
     fn the_guard_compares_versions_and_names_are_quoted() {
