@@ -57,6 +57,9 @@ pub struct SimStats {
     pub dropped: u64,
     /// The most requests in progress at once.
     pub max_concurrency: u64,
+    /// TCP connections accepted: what a client's pool opened.
+    #[serde(default)]
+    pub connections: u64,
     pub window_ms: u64,
     /// One entry per 200 ms window since the start.
     pub windows: Vec<Window>,
@@ -170,6 +173,10 @@ impl Ledger {
             window_ms: WINDOW.as_millis() as u64,
             ..self.stats.clone()
         }
+    }
+
+    pub fn connected(&mut self) {
+        self.stats.connections += 1;
     }
 
     pub fn keys(&self) -> Vec<String> {

@@ -22,6 +22,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use clap::{Args, ValueEnum};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -84,6 +85,11 @@ impl SimSinkConfig {
     }
 }
 
+/// Counts each connection the listener accepts.
+fn counter<Io>(shared: Arc<server::Shared>) -> impl FnMut(&mut Io) + Send + 'static {
+    move |_| shared.ledger().connected()
+}
+
 /// A running emulator.
 pub struct SimSink {
     addr: SocketAddr,
@@ -121,13 +127,17 @@ impl SimSink {
         };
         let scheme = if tls.is_some() { "https" } else { "http" };
         let task = match tls {
-            None => tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped)
-                    .await
-            }),
+            None => {
+                let listener = listener.tap_io(counter(shared.clone()));
+                tokio::spawn(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await
+                })
+            }
             Some(tls) => {
-                let listener = tls::TlsListener::new(listener, tls)?;
+                let listener =
+                    tls::TlsListener::new(listener, tls)?.tap_io(counter(shared.clone()));
                 tokio::spawn(async move {
                     axum::serve(listener, app)
                         .with_graceful_shutdown(stopped)
