@@ -274,10 +274,29 @@ fn kafka_security(source: &crate::config::SourceConfig) -> String {
 
 async fn sink(config: &Config, timeout: Duration) -> Vec<Probe> {
     let sink = &config.sink;
-    let urls: Vec<String> = if sink.urls.is_empty() {
+    let urls: Vec<String> = if sink.urls.is_empty() && sink.discovery.file.is_none() {
         vec![sink.url.clone()]
     } else {
-        sink.urls.iter().map(|e| e.url().to_string()).collect()
+        // The endpoints discovery finds now: names resolved, the file read.
+        let found = match crate::sink::discovery::Discovery::new(sink) {
+            Ok(mut d) => Ok(d.resolve().await),
+            Err(e) => Err(e.to_string()),
+        };
+        match found {
+            Ok(found) if !found.is_empty() => found.into_iter().map(|w| w.url).collect(),
+            Ok(_) => {
+                return vec![Probe {
+                    what: "sink discovery".into(),
+                    result: Err("found no endpoint".into()),
+                }];
+            }
+            Err(e) => {
+                return vec![Probe {
+                    what: "sink discovery".into(),
+                    result: Err(e),
+                }];
+            }
+        }
     };
     let mut probes = Vec::new();
     for url in urls {

@@ -10,6 +10,10 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+use crate::control::balance::balancer::Strategy;
+
+pub mod aperture;
+pub mod discovery;
 pub mod health;
 mod problems;
 pub use health::HealthConfig;
@@ -352,6 +356,9 @@ pub struct SinkConfig {
     pub urls: Vec<EndpointConfig>,
     #[serde(default)]
     pub balance: BalanceConfig,
+    /// Endpoints found while running: `dns+http://` entries of `urls`, a file of URLs.
+    #[serde(default)]
+    pub discovery: discovery::DiscoveryConfig,
     #[serde(default = "default_table")]
     pub table: String,
     /// JSON pointer to the record key, or `"@key"` for the Kafka message key; absent
@@ -464,6 +471,8 @@ pub struct BalanceConfig {
     /// How fast the peak-EWMA latency forgets a slow answer.
     #[serde(with = "humantime_serde")]
     pub decay: Duration,
+    /// `strategy = "aperture"`: the subset's bounds, load band and mode.
+    pub aperture: aperture::ApertureConfig,
 }
 
 impl Default for BalanceConfig {
@@ -472,6 +481,7 @@ impl Default for BalanceConfig {
             strategy: Default::default(),
             zone: None,
             decay: Duration::from_secs(10),
+            aperture: Default::default(),
         }
     }
 }
@@ -1101,8 +1111,11 @@ impl Config {
                 p.add("sink.tls", "applies to https:// URLs; the sink has none");
             }
         }
-        if !self.sink.urls.is_empty() {
-            if self.sink.kind == SinkKind::Sqlite {
+        self.sink
+            .discovery
+            .validate(self.sink.kind, &self.sink.urls, p);
+        if !self.sink.urls.is_empty() || self.sink.discovery.file.is_some() {
+            if self.sink.kind == SinkKind::Sqlite && !self.sink.urls.is_empty() {
                 p.add("sink.urls", "kind = \"sqlite\" is one local file: set url");
             }
             if !self.sink.url.is_empty() {
@@ -1149,6 +1162,27 @@ impl Config {
         }
         p.count("sink.max_batch", self.sink.max_batch as u64, 1, MOST_BATCH);
         p.at_most_a_year("sink.balance.decay", self.sink.balance.decay);
+        self.validate_balance(p);
+    }
+
+    fn validate_balance(&self, p: &mut Problems) {
+        let b = &self.sink.balance;
+        if b.strategy != Strategy::Aperture {
+            if b.aperture != aperture::ApertureConfig::default() {
+                p.add(
+                    "sink.balance.aperture",
+                    "applies only with strategy = \"aperture\"",
+                );
+            }
+            return;
+        }
+        if b.zone.is_some() {
+            p.add(
+                "sink.balance.zone",
+                "is not combined with strategy = \"aperture\" (the subset would cut across zones)",
+            );
+        }
+        b.aperture.validate(&|v| std::env::var(v).ok(), p);
     }
 
     fn validate_rate(&self, p: &mut Problems) {
@@ -1201,15 +1235,17 @@ impl Config {
     }
 
     fn validate_http_sink(&self, p: &mut Problems) {
-        let (key, urls): (&'static str, Vec<&str>) = if self.sink.urls.is_empty() {
-            ("sink.url", vec![self.sink.url.as_str()])
-        } else {
-            (
-                "sink.urls",
-                self.sink.urls.iter().map(EndpointConfig::url).collect(),
-            )
-        };
-        for text in urls {
+        let (key, urls): (&'static str, Vec<&str>) =
+            if self.sink.urls.is_empty() && self.sink.discovery.file.is_none() {
+                ("sink.url", vec![self.sink.url.as_str()])
+            } else {
+                (
+                    "sink.urls",
+                    self.sink.urls.iter().map(EndpointConfig::url).collect(),
+                )
+            };
+        let resolved = |u: &&str| u.starts_with(discovery::DNS_PREFIX);
+        for text in urls.into_iter().filter(|u| !resolved(u)) {
             match reqwest::Url::parse(text) {
                 Err(e) => p.add(key, format!("{text:?} is not a URL: {e}")),
                 Ok(url) if !matches!(url.scheme(), "http" | "https") => p.add(
@@ -1333,7 +1369,7 @@ pub fn kafka_properties_from_env(
 /// `SLUICE_*` variables that are neither configuration (`__`) nor known settings: most
 /// likely a key written with one underscore (`SLUICE_SINK_URL`).
 pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
-    const KNOWN: &[&str] = &["SLUICE_LOG"];
+    const KNOWN: &[&str] = &["SLUICE_LOG", aperture::INDEX_VAR, aperture::COUNT_VAR];
     // The test suite's and the benches' own settings.
     const RESERVED_PREFIXES: &[&str] = &["SLUICE_TEST_", "SLUICE_BENCH_"];
     let mut unknown: Vec<String> = names

@@ -33,6 +33,11 @@ const ES: SinkKind = SinkKind::Elasticsearch;
 const SINK_KEYS: &[(&str, &str, &[SinkKind])] = &[
     ("urls", "sink.urls", &[HTTP, ES, SinkKind::Postgres]),
     ("balance", "sink.balance", &[HTTP, ES, SinkKind::Postgres]),
+    (
+        "discovery",
+        "sink.discovery",
+        &[HTTP, ES, SinkKind::Postgres],
+    ),
     ("format", "sink.format", &[HTTP]),
     ("response", "sink.response", &[HTTP]),
     ("elasticsearch", "sink.elasticsearch", &[ES]),

@@ -188,3 +188,43 @@ fn upsert_into_mysql_is_not_implemented_yet() {
         "sink.mode",
     );
 }
+
+#[test]
+fn aperture_settings_that_cannot_hold() {
+    // An HTTP sink over two endpoints; each case breaks one aperture setting.
+    let cases = [
+        ("min = 4\nmax = 2\n", &[][..], "sink.balance.aperture.min"),
+        (
+            "mode = \"nearest\"\n",
+            &[][..],
+            "sink.balance.aperture.mode",
+        ),
+        (
+            "mode = \"deterministic\"\n",
+            &[("SLUICE_WORKER_INDEX", "3"), ("SLUICE_WORKER_COUNT", "3")][..],
+            "sink.balance.aperture.worker_index",
+        ),
+    ];
+    for (aperture, env, key) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        write_records(&dir.path().join("in.ndjson"), 3, &[]);
+        std::fs::write(
+            dir.path().join("sluice.toml"),
+            format!(
+                "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n\
+                 [sink]\nkind = \"http\"\nurls = [\"http://127.0.0.1:9/a\", \"http://127.0.0.1:10/a\"]\n\n\
+                 [sink.balance]\nstrategy = \"aperture\"\n\n[sink.balance.aperture]\n{aperture}\n\
+                 [sink.dead_letters]\npath = \"dead.ndjson\"\n"
+            ),
+        )
+        .unwrap();
+        let mut cmd = sluice();
+        cmd.current_dir(dir.path())
+            .args(["run", "-c", "sluice.toml", "--until-empty"])
+            .envs(env.iter().copied());
+        let out = cmd.output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{aperture}: {err}");
+        assert!(err.contains(key), "{aperture}: should name {key}: {err}");
+    }
+}

@@ -1,11 +1,12 @@
 //! A sink served by several endpoints (an ingest API behind N hosts, several PostgreSQL
 //! primaries): each write goes to the endpoint the balancer picks — by measured load,
-//! the worker's zone first. An endpoint that throttles is paused alone and one that cannot
-//! be reached is set aside and probed again within `throttle.max_pause`; the batch goes to
-//! another, and the worker hears of it only when none is available. What it hears then
-//! is a throttle only if every endpoint tried answered "slow down" — a throttling endpoint
-//! alone does not cut the worker's rate while others are merely unreachable — and an outage
-//! otherwise.
+//! the worker's zone first, or within the worker's aperture. An endpoint that throttles is
+//! paused alone and one that cannot be reached is set aside and probed again within
+//! `throttle.max_pause`; the batch goes to another, and the worker hears of it only when
+//! none is available. What it hears then is a throttle only if every endpoint tried
+//! answered "slow down" — a throttling endpoint alone does not cut the worker's rate while
+//! others are merely unreachable — and an outage otherwise. Endpoints join and leave while
+//! it runs (`sink::discovery`): one that leaves takes no new batch and finishes those it has.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -19,54 +20,134 @@ use super::{Sink, WriteOutcome};
 use crate::config::BalanceConfig;
 use crate::control::backoff::Backoff;
 use crate::control::balance::balancer::Balancer;
+use crate::control::balance::ring::Coordinate;
 use crate::record::{DeadLetter, Row};
-use crate::telemetry::metrics::{ENDPOINT_LATENCY, ENDPOINT_REQUESTS, ENDPOINT_UP};
+use crate::telemetry::metrics::{APERTURE_SIZE, ENDPOINT_LATENCY, ENDPOINT_REQUESTS, ENDPOINT_UP};
 
 /// How long an endpoint that throttled without saying how long is paused.
 const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
 
 pub struct Endpoint {
     pub sink: Arc<dyn Sink>,
+    /// What it is known by across workers and discovery rounds: its URL.
+    pub key: String,
     /// As metrics and messages show it: a configured name or host:port, never the URL.
     pub name: String,
     pub zone: Option<String>,
 }
 
 pub struct BalancedSink {
-    endpoints: Vec<Endpoint>,
-    balancer: Mutex<Balancer>,
+    inner: Mutex<Inner>,
+}
+
+/// The balancer and the endpoints by its indexes (None: a slot freed by a removal).
+struct Inner {
+    balancer: Balancer,
+    endpoints: Vec<Option<Endpoint>>,
+}
+
+impl Inner {
+    fn live(&self) -> impl Iterator<Item = (usize, &Endpoint)> {
+        self.balancer
+            .live()
+            .filter_map(|i| self.endpoints[i].as_ref().map(|e| (i, e)))
+    }
+
+    /// Drops the sink of a removed endpoint whose requests are all answered (its
+    /// connections close with it).
+    fn release_if_drained(&mut self, i: usize) {
+        if self.balancer.is_free(&self.balancer.endpoints()[i]) {
+            self.endpoints[i] = None;
+        }
+    }
 }
 
 impl BalancedSink {
-    /// An endpoint that cannot be reached is probed again within `max_pause`.
-    pub fn new(endpoints: Vec<Endpoint>, balance: &BalanceConfig, max_pause: Duration) -> Self {
+    /// An endpoint that cannot be reached is probed again within `max_pause`;
+    /// `coordinate` places the worker on the ring for a deterministic aperture.
+    pub fn new(
+        endpoints: Vec<Endpoint>,
+        balance: &BalanceConfig,
+        coordinate: Option<Coordinate>,
+        max_pause: Duration,
+    ) -> Self {
+        let now = Instant::now();
         let balancer = Balancer::new(
             balance.strategy,
             balance.zone.clone(),
-            endpoints.iter().map(|e| e.zone.clone()).collect(),
             Duration::from_millis(100),
             balance.decay,
             Backoff::new(Duration::from_millis(500).min(max_pause), max_pause, 2.0),
             rand::random(),
-            Instant::now(),
-        );
-        BalancedSink {
-            endpoints,
-            balancer: Mutex::new(balancer),
+        )
+        .with_aperture(balance.aperture.settings(), coordinate, now);
+        let s = BalancedSink {
+            inner: Mutex::new(Inner {
+                balancer,
+                endpoints: Vec::new(),
+            }),
+        };
+        for e in endpoints {
+            s.add(e);
+        }
+        s
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The keys of the endpoints in use (not removed).
+    pub fn keys(&self) -> Vec<String> {
+        self.inner().live().map(|(_, e)| e.key.clone()).collect()
+    }
+
+    /// A new endpoint joins: it is a candidate for the next batch. Two on one server
+    /// (two databases) get a number to tell their labels apart.
+    pub fn add(&self, mut endpoint: Endpoint) {
+        let mut inner = self.inner();
+        if inner.live().any(|(_, e)| e.name == endpoint.name) {
+            endpoint.name = format!("{}#{}", endpoint.name, inner.balancer.live().count() + 1);
+        }
+        let i = inner
+            .balancer
+            .add(endpoint.key.clone(), endpoint.zone.clone(), Instant::now());
+        if inner.endpoints.len() <= i {
+            inner.endpoints.resize_with(i + 1, || None);
+        }
+        inner.endpoints[i] = Some(endpoint);
+    }
+
+    /// The endpoint `key` leaves: no new batch goes to it, those in flight finish.
+    pub fn remove(&self, key: &str) {
+        let mut inner = self.inner();
+        let found = inner.live().find(|(_, e)| e.key == key).map(|(i, _)| i);
+        if let Some(i) = found {
+            inner.balancer.remove(i);
+            inner.release_if_drained(i);
         }
     }
 
-    fn balancer(&self) -> MutexGuard<'_, Balancer> {
-        self.balancer.lock().unwrap_or_else(|p| p.into_inner())
+    /// Picks an endpoint for a batch, counted as in flight.
+    fn pick(&self) -> Option<(usize, Arc<dyn Sink>, String)> {
+        let mut inner = self.inner();
+        let i = inner.balancer.pick(Instant::now())?;
+        if let Some(members) = inner.balancer.aperture() {
+            metrics::gauge!(APERTURE_SIZE).set(members.len() as f64);
+        }
+        let e = inner.endpoints[i]
+            .as_ref()
+            .expect("a picked endpoint has its sink");
+        Some((i, e.sink.clone(), e.name.clone()))
     }
 
     /// Records the answer of endpoint `i` and publishes its state.
-    fn observe(&self, i: usize, outcome: &WriteOutcome, began: Instant) {
+    fn observe(&self, i: usize, name: String, outcome: &WriteOutcome, began: Instant) {
         let done = Instant::now();
         let rtt = done - began;
-        let name = self.endpoints[i].name.clone();
         metrics::counter!(ENDPOINT_REQUESTS, "endpoint" => name.clone(), "outcome" => outcome.label()).increment(1);
-        let mut balancer = self.balancer();
+        let mut inner = self.inner();
+        let balancer = &mut inner.balancer;
         match outcome {
             WriteOutcome::Throttled { retry_after, .. } => balancer.throttled(
                 i,
@@ -86,6 +167,7 @@ impl BalancedSink {
         } else {
             1.0
         });
+        inner.release_if_drained(i);
     }
 
     /// What the worker hears when no endpoint is available: an outage when every endpoint
@@ -94,14 +176,18 @@ impl BalancedSink {
     /// throttled endpoint named one; otherwise none, so that an endpoint answering 503
     /// forever counts as one streak (one cut), not a fresh throttle every tick.
     fn none_available(&self, unreachable: Option<String>) -> WriteOutcome {
-        let balancer = self.balancer();
+        let inner = self.inner();
+        let balancer = &inner.balancer;
         let now = Instant::now();
         if let Some(reason) = unreachable {
             return WriteOutcome::Unavailable(format!(
                 "no endpoint available; the last unreachable: {reason}"
             ));
         }
-        if balancer.endpoints().iter().all(|e| e.is_down(now)) {
+        if balancer.live().next().is_none() {
+            return WriteOutcome::Unavailable("no endpoint is known (discovery found none)".into());
+        }
+        if balancer.all_down(now) {
             return WriteOutcome::Unavailable("every endpoint is down".into());
         }
         let retry_after = if balancer.throttles_named_their_waits(now) {
@@ -123,13 +209,14 @@ impl BalancedSink {
 impl Sink for BalancedSink {
     async fn write(&self, rows: &[Row]) -> WriteOutcome {
         let mut unreachable = None;
-        for _ in 0..self.endpoints.len() * 2 {
-            let Some(i) = self.balancer().pick(Instant::now()) else {
+        let tries = self.inner().balancer.live().count() * 2;
+        for _ in 0..tries {
+            let Some((i, sink, name)) = self.pick() else {
                 break;
             };
             let began = Instant::now();
-            let outcome = self.endpoints[i].sink.write(rows).await;
-            self.observe(i, &outcome, began);
+            let outcome = sink.write(rows).await;
+            self.observe(i, name, &outcome, began);
             match outcome {
                 WriteOutcome::Throttled { .. } => continue,
                 WriteOutcome::Unavailable(reason) => {
@@ -144,9 +231,10 @@ impl Sink for BalancedSink {
 
     /// Dead letters go to the first endpoint that takes them.
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
+        let sinks: Vec<Arc<dyn Sink>> = self.inner().live().map(|(_, e)| e.sink.clone()).collect();
         let mut last = WriteOutcome::Unavailable("no endpoint".into());
-        for e in &self.endpoints {
-            last = e.sink.dead_letter(letters).await;
+        for sink in sinks {
+            last = sink.dead_letter(letters).await;
             if matches!(last, WriteOutcome::Written { .. }) {
                 break;
             }
@@ -158,26 +246,23 @@ impl Sink for BalancedSink {
     /// probe passes. The endpoints are probed together: the first to pass answers.
     async fn probe(&self) -> Result<(), String> {
         let now = Instant::now();
-        let down: Vec<bool> = {
-            let balancer = self.balancer();
-            balancer
-                .endpoints()
-                .iter()
-                .map(|e| e.is_down(now))
+        let endpoints: Vec<(String, Arc<dyn Sink>, bool)> = {
+            let inner = self.inner();
+            inner
+                .live()
+                .map(|(i, e)| {
+                    let down = inner.balancer.endpoints()[i].is_down(now);
+                    (e.name.clone(), e.sink.clone(), down)
+                })
                 .collect()
         };
-        let mut probes: FuturesUnordered<_> = self
-            .endpoints
-            .iter()
-            .zip(down)
-            .map(|(e, down)| async move {
+        let mut probes: FuturesUnordered<_> = endpoints
+            .into_iter()
+            .map(|(name, sink, down)| async move {
                 if down {
-                    Err(format!("{}: down", e.name))
+                    Err(format!("{name}: down"))
                 } else {
-                    e.sink
-                        .probe()
-                        .await
-                        .map_err(|err| format!("{}: {err}", e.name))
+                    sink.probe().await.map_err(|err| format!("{name}: {err}"))
                 }
             })
             .collect();
@@ -187,6 +272,9 @@ impl Sink for BalancedSink {
                 Ok(()) => return Ok(()),
                 Err(e) => errors.push(e),
             }
+        }
+        if errors.is_empty() {
+            return Err("no endpoint is known".into());
         }
         Err(errors.join("; "))
     }
@@ -256,6 +344,7 @@ mod tests {
             .enumerate()
             .map(|(i, f)| Endpoint {
                 sink: f.clone(),
+                key: format!("e{i}"),
                 name: format!("e{i}"),
                 zone: None,
             })
@@ -264,7 +353,7 @@ mod tests {
             strategy: Strategy::P2cEwma,
             ..BalanceConfig::default()
         };
-        BalancedSink::new(endpoints, &balance, max_pause)
+        BalancedSink::new(endpoints, &balance, None, max_pause)
     }
 
     fn rows() -> Vec<Row> {
@@ -382,6 +471,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, p)| Endpoint {
                     sink: Arc::new(Probed(p)) as Arc<dyn Sink>,
+                    key: format!("e{i}"),
                     name: format!("e{i}"),
                     zone: None,
                 })
@@ -393,6 +483,7 @@ mod tests {
         let s = BalancedSink::new(
             endpoints(vec![Err("hung".into()), Ok(())]),
             &balance,
+            None,
             max_pause,
         );
         let ready = tokio::time::timeout(Duration::from_secs(1), s.probe()).await;

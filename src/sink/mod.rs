@@ -4,6 +4,7 @@
 
 pub mod balanced;
 pub mod dead_letters;
+pub mod discovery;
 pub mod elasticsearch;
 pub mod http;
 pub mod identifier;
@@ -214,31 +215,63 @@ pub async fn open_when_ready(
 
 /// Opens the sink the configuration names and creates its tables if missing.
 pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
-    if config.sink.urls.is_empty() {
+    if config.sink.urls.is_empty() && config.sink.discovery.file.is_none() {
         return open_one(config).await;
     }
-    let mut endpoints: Vec<balanced::Endpoint> = Vec::with_capacity(config.sink.urls.len());
-    for endpoint in &config.sink.urls {
-        let mut one = config.clone();
-        one.sink.url = endpoint.url().to_string();
-        one.sink.urls.clear();
-        // Labelled by name or host:port (metrics are unauthenticated); two databases on
-        // one server get a number to tell them apart.
-        let mut name = endpoint.label();
-        if endpoints.iter().any(|e| e.name == name) {
-            name = format!("{name}#{}", endpoints.len() + 1);
-        }
-        endpoints.push(balanced::Endpoint {
-            sink: open_one(&one).await?,
-            name,
-            zone: endpoint.zone().map(String::from),
+    let coordinate = config
+        .sink
+        .balance
+        .aperture
+        .coordinate(&|v| std::env::var(v).ok())
+        .map_err(|e| SinkError {
+            url: "sink.balance.aperture".into(),
+            message: e.to_string(),
+            not_now: false,
+        })?;
+    let mut discovery = discovery::Discovery::new(&config.sink)?;
+    let wanted = discovery.resolve().await;
+    if wanted.is_empty() {
+        return Err(SinkError {
+            url: "sink.urls".into(),
+            message: "discovery found no endpoint yet".into(),
+            not_now: true,
         });
     }
-    Ok(Arc::new(balanced::BalancedSink::new(
+    let mut endpoints = Vec::with_capacity(wanted.len());
+    for w in &wanted {
+        endpoints.push(open_endpoint(config, w).await?);
+    }
+    let sink = Arc::new(balanced::BalancedSink::new(
         endpoints,
         &config.sink.balance,
+        coordinate,
         config.throttle.max_pause,
-    )))
+    ));
+    if discovery.is_dynamic() {
+        discovery.spawn(Arc::downgrade(&sink), config.clone());
+    }
+    Ok(sink)
+}
+
+/// One endpoint of a balanced sink: the sink configured, at `wanted`'s URL. Labelled by
+/// name or host:port (metrics are unauthenticated).
+async fn open_endpoint(
+    config: &Config,
+    wanted: &discovery::Wanted,
+) -> Result<balanced::Endpoint, SinkError> {
+    let mut one = config.clone();
+    one.sink.url = wanted.url.clone();
+    one.sink.urls.clear();
+    one.sink.discovery = Default::default();
+    Ok(balanced::Endpoint {
+        sink: open_one(&one).await?,
+        key: wanted.url.clone(),
+        name: wanted
+            .name
+            .clone()
+            .unwrap_or_else(|| crate::redact::endpoint_label(&wanted.url)),
+        zone: wanted.zone.clone(),
+    })
 }
 
 async fn open_one(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {

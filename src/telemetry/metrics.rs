@@ -17,6 +17,7 @@ pub const ITEMS: &str = "sluice_sink_items_total";
 pub const ENDPOINT_REQUESTS: &str = "sluice_endpoint_requests_total";
 pub const ENDPOINT_LATENCY: &str = "sluice_endpoint_latency_seconds";
 pub const ENDPOINT_UP: &str = "sluice_endpoint_up";
+pub const APERTURE_SIZE: &str = "sluice_aperture_size";
 
 /// The process-wide recorder; installed once, on first use.
 pub fn handle() -> &'static PrometheusHandle {
@@ -82,6 +83,10 @@ fn describe() {
         "Peak-EWMA latency estimate per sink endpoint."
     );
     describe_gauge!(ENDPOINT_UP, "1 while a sink endpoint is not marked down.");
+    describe_gauge!(
+        APERTURE_SIZE,
+        "Sink endpoints in this worker's aperture (strategy = \"aperture\")."
+    );
     describe_gauge!(
         "sluice_rate_limit_records_per_second",
         "The cadence's current rate."

@@ -1,5 +1,8 @@
 //! Client-side balancing over several sink endpoints: pick by measured load, prefer the
-//! worker's own zone, and stop sending to an endpoint that fails or throttles.
+//! worker's own zone, stop sending to an endpoint that fails or throttles, and with many
+//! endpoints keep to a subset of them (aperture).
 
+pub mod aperture;
 pub mod balancer;
 pub mod peak_ewma;
+pub mod ring;

@@ -10,7 +10,15 @@ pub fn validate(sink: &SinkConfig, p: &mut Problems) {
         return;
     }
     let (key, urls): (&'static str, Vec<&str>) = if sink.urls.is_empty() {
-        ("sink.url", vec![sink.url.as_str()])
+        let listed = sink.discovery.file.is_some();
+        (
+            "sink.url",
+            if listed {
+                vec![]
+            } else {
+                vec![sink.url.as_str()]
+            },
+        )
     } else {
         ("sink.urls", sink.urls.iter().map(|e| e.url()).collect())
     };
