@@ -276,12 +276,13 @@ fn records_limited_sink_over_asked_four_times_is_held_on_target() {
         held * 100.0
     );
     assert_all_landed_once(&run, &stats, records);
-    // The 1.03 and 80%: 1.016-1.056 and 0-100% of windows measured under load,
-    // 1.004 and 98% on the fake clock.
-    // A single sample that reads low (680-730 of 1,000 in two runs of nine) holds the
-    // worker there until its next probe, every window off target: the open part of #14.
-    // Here the steady rate is bounded instead.
-    assert!(stats.sent_per_delivered() <= 1.07);
+    // The 1.03 and 80%: 1.027-1.034 and 61-100% of windows (7 runs of 10 at 80% or
+    // more) measured with the machine loaded by four builds; 1.004 and 98% on the fake
+    // clock. Before samples were read at their mark, a sample missing a write still
+    // unanswered read 680 of 1,000 rec/s and held the worker there (0% of windows in 2 runs
+    // of 9, 328 rec/s once).
+    assert!(stats.sent_per_delivered() <= 1.06);
+    assert!(held >= 0.5, "{:.0}% of windows on target", held * 100.0);
     let steady = rate(&stats.steady(Unit::Records));
     assert!(steady >= 0.5 * CAPACITY, "{steady:.0} rec/s steady");
 }

@@ -393,19 +393,42 @@ impl SinkLimit {
             kind,
             probing,
         };
-        if retry_after.is_none() {
+        if retry_after.is_none() || kind == Pushback::Sustained {
             self.pending = Some(signal);
+            self.settle(now, false);
         } else {
             self.learn(signal);
         }
     }
 
+    /// Learns from the pending push-back once it can be: one without Retry-After at the
+    /// next success (`written`), a sample once its mark's time has come.
+    fn settle(&mut self, now: Duration, written: bool) {
+        let Some(mut s) = self.pending else {
+            return;
+        };
+        let marked = s.resume > s.now;
+        if !marked && !written || now < s.resume {
+            return;
+        }
+        self.pending = None;
+        if s.kind == Pushback::Sustained {
+            match self.taken.sample(now, s.resume) {
+                Some(sample) => s.delivered = sample,
+                None => s.kind = Pushback::Repeated,
+            }
+        }
+        if marked {
+            // Learned now, the pause over: later throttles are news from here on.
+            s.now = now;
+        }
+        self.learn(s);
+    }
+
     /// A write of `records` records and `bytes` bytes was taken.
     pub fn on_written(&mut self, now: Duration, records: u64, bytes: u64) {
         self.taken.written(now, records, bytes);
-        if let Some(pending) = self.pending.take() {
-            self.learn(pending);
-        }
+        self.settle(now, true);
         if std::mem::take(&mut self.in_outage) {
             self.resumed_at = Some(now);
             self.taken.restart(now);
@@ -572,6 +595,7 @@ impl SinkLimit {
 
     /// Ends phases whose time is up.
     fn advance(&mut self, now: Duration) {
+        self.settle(now, false);
         match self.phase {
             Phase::Experiment {
                 until,

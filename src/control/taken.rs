@@ -32,14 +32,26 @@ pub enum Pushback {
     Isolated,
 }
 
+/// Where a push-back says the sink's reserve was empty.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    at: Duration,
+    /// What the sink had taken by `at`; `None` until then, when `pending` is added to the
+    /// totals of that moment.
+    totals: Option<[f64; 3]>,
+    pending: [f64; 3],
+    /// Placed by Retry-After.
+    marked: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct Taken {
     totals: [f64; 3],
     /// (when, totals after that write), oldest first: the writes of the last window, and
     /// the last one before it (or the start of measuring).
     writes: VecDeque<(Duration, [f64; 3])>,
-    /// Recent push-backs' marks: (when, totals then, whether Retry-After placed it).
-    pushbacks: VecDeque<(Duration, [f64; 3], bool)>,
+    /// Recent push-backs' marks, oldest first.
+    pushbacks: VecDeque<Mark>,
     /// Measuring starts here: the start, or the end of an outage.
     since: Duration,
     /// The most records one accepted write carried.
@@ -60,6 +72,7 @@ impl Default for Taken {
 
 impl Taken {
     pub fn written(&mut self, now: Duration, records: u64, bytes: u64) {
+        self.close(now);
         self.largest = self.largest.max(records);
         for (total, n) in self
             .totals
@@ -75,7 +88,7 @@ impl Taken {
     }
 
     /// The sink pushed back at `now` on a write of `records` and `bytes`, asking for
-    /// `retry_after`: what it took per second, and how that was measured.
+    /// `retry_after`: how its rates can be measured, and the last second's rates.
     ///
     /// A refusal says only that the sink's reserve held less than the write; how much less
     /// is what Retry-After tells: the write fits once it has passed, and taking it (the
@@ -83,7 +96,11 @@ impl Taken {
     /// `now + retry_after` with the resent write counted, and a sample between two marks
     /// spans a reserve emptied at both ends: the capacity itself, not off by up to a
     /// write's worth at each end (measured against a 1,000 rec/s bucket at a 20 ms tick:
-    /// 1,041 marking the refusals, which the worker then overran by 4%).
+    /// 1,041 marking the refusals, which the worker then overran by 4%). What the sink had
+    /// taken at the mark is read when the mark's time comes, not at the refusal: writes it
+    /// took before the refused one may still be unanswered then (one such write missing
+    /// from a 120 ms sample read 680 of 1,000 rec/s, and held the worker there).
+    /// A [`Pushback::Sustained`] sample is [`Taken::sample`] once `now` reaches the mark.
     pub fn pushback(
         &mut self,
         now: Duration,
@@ -91,42 +108,74 @@ impl Taken {
         records: u64,
         bytes: u64,
     ) -> (PerUnit<Option<f64>>, Pushback) {
+        self.close(now);
         while self
             .pushbacks
             .front()
-            .is_some_and(|(at, _, _)| *at + SAMPLE_MAX < now)
+            .is_some_and(|m| m.at + SAMPLE_MAX < now)
         {
             self.pushbacks.pop_front();
         }
         let mark = match retry_after {
-            Some(wait) => {
-                let mut totals = self.totals;
-                for (total, n) in totals.iter_mut().zip([records as f64, 1.0, bytes as f64]) {
-                    *total += n;
-                }
-                (now + wait, totals, true)
-            }
-            None => (now, self.totals, false),
+            Some(wait) => Mark {
+                at: now + wait,
+                totals: None,
+                pending: [records as f64, 1.0, bytes as f64],
+                marked: true,
+            },
+            None => Mark {
+                at: now,
+                totals: Some(self.totals),
+                pending: [0.0; 3],
+                marked: false,
+            },
         };
-        let sample = self
-            .pushbacks
-            .front()
-            .filter(|(at, _, marked)| {
-                let min = if *marked && mark.2 {
-                    MARKED_SAMPLE_MIN
-                } else {
-                    SAMPLE_MIN
-                };
-                *at + min <= mark.0
-            })
-            .map(|&(at, before, _)| self.rates_between(before, mark.1, mark.0 - at));
-        let kind = match (&sample, self.pushbacks.is_empty()) {
+        let kind = match (self.start_for(&mark), self.pushbacks.is_empty()) {
             (Some(_), _) => Pushback::Sustained,
             (None, true) => Pushback::Isolated,
             (None, false) => Pushback::Repeated,
         };
         self.pushbacks.push_back(mark);
-        (sample.unwrap_or_else(|| self.recent(now)), kind)
+        (self.recent(now), kind)
+    }
+
+    /// The capacity measured up to the mark placed at `at` (a push-back's `now +
+    /// retry_after`), from the earliest usable mark before it; `None` until `now` reaches
+    /// `at`, or when the marks have gone.
+    pub fn sample(&mut self, now: Duration, at: Duration) -> Option<PerUnit<Option<f64>>> {
+        self.close(now);
+        let end = *self.pushbacks.iter().find(|m| m.at == at)?;
+        let after = end.totals?;
+        let start = self.start_for(&end)?;
+        Some(self.rates_between(start.totals?, after, at - start.at))
+    }
+
+    /// The earliest mark a sample ending at `end` can start from.
+    fn start_for(&self, end: &Mark) -> Option<Mark> {
+        self.pushbacks
+            .iter()
+            .find(|m| {
+                let min = if m.marked && end.marked {
+                    MARKED_SAMPLE_MIN
+                } else {
+                    SAMPLE_MIN
+                };
+                m.at + min <= end.at && m.at + SAMPLE_MAX >= end.at
+            })
+            .copied()
+    }
+
+    /// Marks whose time has come take the totals of that moment.
+    fn close(&mut self, now: Duration) {
+        for mark in &mut self.pushbacks {
+            if mark.totals.is_none() && mark.at <= now {
+                let mut totals = self.totals;
+                for (total, n) in totals.iter_mut().zip(mark.pending) {
+                    *total += n;
+                }
+                mark.totals = Some(totals);
+            }
+        }
     }
 
     /// The rate over the last second (or since measuring started, if shorter).
@@ -242,7 +291,7 @@ mod tests {
             if k % 4 == 0 {
                 t.written(now, 40, 0);
             } else {
-                let (sample, kind) = t.pushback(now, None, 40, 0);
+                let (_, kind) = t.pushback(now, None, 40, 0);
                 let expected = if k >= 3 {
                     Pushback::Sustained
                 } else {
@@ -250,7 +299,7 @@ mod tests {
                 };
                 assert_eq!(kind, expected, "k = {k}");
                 if k >= 12 {
-                    let s = sample.get(Unit::Records).unwrap();
+                    let s = t.sample(now, now).unwrap().get(Unit::Records).unwrap();
                     assert!((75.0..=135.0).contains(&s), "k = {k}: {s}");
                 }
             }
@@ -281,17 +330,44 @@ mod tests {
                 continue;
             }
             let wait = Duration::from_secs_f64((n as f64 - tokens) / 100.0);
-            let (sample, kind) = t.pushback(now, marked.then_some(wait), n, 0);
-            if kind == Pushback::Sustained {
-                out.push(sample.get(Unit::Records).unwrap());
-            }
+            let (_, kind) = t.pushback(now, marked.then_some(wait), n, 0);
+            let mark = if marked { now + wait } else { now };
             // The resend, once it fits.
             now += wait;
             tokens = 0.0;
             last = now;
             t.written(now, n, 0);
+            if kind == Pushback::Sustained {
+                out.push(t.sample(now, mark).unwrap().get(Unit::Records).unwrap());
+            }
         }
         out
+    }
+
+    /// A write the sink took just before refusing the next, answered only after the
+    /// refusal (two in flight), belongs to the sample all the same.
+    #[test]
+    fn a_write_answered_after_the_refusal_counts_at_the_mark() {
+        let mut t = Taken::default();
+        // Refused at 1.0 s: the reserve is empty once 20 ms have passed and the 20 records
+        // are resent.
+        t.written(ms(990), 20, 0);
+        t.pushback(ms(1000), Some(ms(20)), 20, 0);
+        t.written(ms(1020), 20, 0);
+        // Then 20 records every 200 ms, and a refusal at 1.6 s just after a write the sink
+        // took at 1.59 s, answered at 1.605 s.
+        for i in 1..=2 {
+            t.written(ms(1020 + 200 * i), 20, 0);
+        }
+        let (_, kind) = t.pushback(ms(1600), Some(ms(20)), 20, 0);
+        assert_eq!(kind, Pushback::Sustained);
+        assert_eq!(t.sample(ms(1605), ms(1620)), None, "not yet");
+        t.written(ms(1605), 20, 0);
+        t.written(ms(1621), 20, 0);
+        let sample = t.sample(ms(1621), ms(1620)).unwrap();
+        // 20 + 20 + 20 (the one answered late) + 20 (the resend) over 0.6 s; read at the
+        // refusal, 60 over 0.6 s.
+        assert!((sample.get(Unit::Records).unwrap() - 80.0 / 0.6).abs() < 1e-6);
     }
 
     #[test]
