@@ -278,7 +278,9 @@ fn replica_lag_holds_until_the_standby_catches_up(s: &Scratch) {
         n,
         150.0,
         &format!(
-            "[telemetry]\nlisten = \"127.0.0.1:{port}\"\n\n[[health.probe]]\nbuiltin = \"replica_lag\"\nmax = \"2s\"\ninterval = \"1s\"\n"
+            "[telemetry]\nlisten = \"127.0.0.1:{port}\"\n\n[[health.probe]]\nbuiltin = \"replica_lag\"\nmax = \"2s\"\ninterval = \"1s\"\n\n\
+             [[health.probe]]\nname = \"standby_lag\"\nbuiltin = \"replica_lag\"\nreplicas = [\"{}\"]\nmax = \"2s\"\ninterval = \"1s\"\n",
+            s.url(s.standby)
         ),
     );
     let started = Instant::now();
@@ -316,11 +318,16 @@ fn replica_lag_holds_until_the_standby_catches_up(s: &Scratch) {
         after_lag_passed <= 2.0,
         "the last write came {after_lag_passed:.2} s after the lag passed 2 s (interval 1 s + 1 s allowed)"
     );
-    assert!(
-        get(&metrics).contains("sluice_health_probe{name=\"replica_lag\"}"),
-        "{}",
-        get(&metrics)
-    );
+    // Both ways of measuring see it: the primary's replay_lag and the standby's own.
+    let text = get(&metrics);
+    for name in ["replica_lag", "standby_lag"] {
+        let lag = text
+            .lines()
+            .find(|l| l.starts_with(&format!("sluice_health_probe{{name=\"{name}\"}}")))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"));
+        assert!(lag > 2.0, "{name} = {lag}");
+    }
     let resumed_at = seconds(&s.sql(s.primary, "select extract(epoch from now())"));
     s.sql(s.standby, "select pg_wal_replay_resume()");
     let out = finish(worker, Duration::from_secs(40));

@@ -39,6 +39,8 @@ struct Probe {
     /// Shown with its value: " s" for a lag.
     unit: &'static str,
     gate: Mutex<ProbeGate>,
+    /// Why its runs fail, while they do (to log the change, not every run).
+    failing: Mutex<Option<String>>,
 }
 
 /// One probe as `/control/status` and `/metrics` show it.
@@ -75,6 +77,7 @@ impl Health {
                     Some(crate::config::health::Builtin::ReplicaLag) => " s",
                     _ => "",
                 },
+                failing: Mutex::new(None),
                 gate: Mutex::new(ProbeGate::new(ProbeLimits {
                     max: p.max(),
                     resume_ratio: p.resume_ratio,
@@ -100,16 +103,27 @@ impl Health {
         &self.controls
     }
 
-    /// A probe's run ended with `reading`.
+    /// A probe's run ended with `reading`. A failure is logged when it starts or its
+    /// reason changes, and the recovery once: not once per interval while it lasts.
     pub fn record(&self, index: usize, reading: Reading) {
         let probe = &self.probes[index];
-        if let Reading::Failed(why) = &reading {
-            tracing::warn!(
-                probe = %probe.name,
-                "health probe failed, counted as over max: {}",
-                crate::redact::redact(why)
-            );
+        let mut failing = lock(&probe.failing);
+        match &reading {
+            Reading::Failed(why) if failing.as_ref() != Some(why) => {
+                tracing::warn!(
+                    probe = %probe.name,
+                    "health probe failed, counted as over max: {}",
+                    crate::redact::redact(why)
+                );
+                *failing = Some(why.clone());
+            }
+            Reading::Value(v) if failing.is_some() => {
+                tracing::info!(probe = %probe.name, "health probe reads again: {v}");
+                *failing = None;
+            }
+            _ => {}
         }
+        drop(failing);
         lock(&probe.gate).observe(self.now(), reading);
     }
 
@@ -242,5 +256,75 @@ impl Health {
             value,
             critical,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probes() -> Vec<ProbeConfig> {
+        use figment::providers::{Format, Toml};
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            probe: Vec<ProbeConfig>,
+        }
+        let doc: Doc = figment::Figment::from(Toml::string(
+            "[[probe]]\nbuiltin = \"replica_lag\"\nmax = \"2s\"\ncritical = 30\n\
+             [[probe]]\nbuiltin = \"active_sessions\"\nmax = 10\n",
+        ))
+        .extract()
+        .unwrap();
+        doc.probe
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_probe_holding_names_the_reason_and_critical_wins() {
+        let stats = Arc::new(Stats::default());
+        let h = Health::new(&probes(), stats.clone());
+        assert!(matches!(h.verdict(), Verdict::Hold { reason, .. } if reason == "replica_lag"));
+        h.record(0, Reading::Value(0.5));
+        assert!(
+            matches!(h.verdict(), Verdict::Hold { reason, detail } if reason == "active_sessions" && detail.contains("not been read"))
+        );
+        h.record(1, Reading::Value(3.0));
+        assert_eq!(h.verdict(), Verdict::Go);
+        assert!(!stats.held.load(Relaxed));
+        h.controls().pause("test");
+        assert!(matches!(h.verdict(), Verdict::Hold { reason, .. } if reason == "operator"));
+        assert!(stats.held.load(Relaxed));
+        h.controls().resume("test");
+        h.record(1, Reading::Value(12.0));
+        let Verdict::Hold { reason, detail } = h.verdict() else {
+            panic!("held")
+        };
+        assert_eq!(reason, "active_sessions");
+        assert_eq!(detail, "active_sessions = 12.000, above max 10");
+        assert_eq!(h.held_by().as_deref(), Some("active_sessions"));
+        h.record(0, Reading::Value(31.0));
+        assert_eq!(
+            h.verdict(),
+            Verdict::Stop {
+                probe: "replica_lag".into(),
+                value: 31.0
+            }
+        );
+        let e = h.critical("replica_lag", 31.0);
+        assert_eq!(e.critical, 30.0);
+        assert!(e.to_string().contains("replica_lag = 31"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_stops_answering_holds_once_its_reading_is_stale() {
+        let h = Health::new(&probes()[..1], Arc::new(Stats::default()));
+        h.record(0, Reading::Value(0.1));
+        assert_eq!(h.verdict(), Verdict::Go);
+        // interval 1 s, timeout 1 s: stale after 3 s.
+        tokio::time::advance(Duration::from_millis(2900)).await;
+        assert_eq!(h.verdict(), Verdict::Go);
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(
+            matches!(h.verdict(), Verdict::Hold { detail, .. } if detail.contains("counted as over max"))
+        );
     }
 }

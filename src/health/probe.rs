@@ -44,25 +44,33 @@ impl ProbeTask {
         }
     }
 
-    /// One run over every target, `conns` kept open between runs.
+    /// One run over every target at once (so a run takes at most `timeout` however many
+    /// replicas it asks), `conns` kept open between runs; a target's error or silence fails
+    /// the run and drops its connection.
     pub async fn run_once(&self, conns: &mut [Option<Conn>]) -> Reading {
-        let mut worst: Option<f64> = None;
-        for (url, slot) in self.targets.iter().zip(conns.iter_mut()) {
-            let read = tokio::time::timeout(self.timeout, async {
-                if slot.is_none() {
-                    *slot = Some(Conn::open(self.database, url).await?);
+        let reads = self
+            .targets
+            .iter()
+            .zip(conns.iter_mut())
+            .map(|(url, slot)| async move {
+                let read = tokio::time::timeout(self.timeout, async {
+                    if slot.is_none() {
+                        *slot = Some(Conn::open(self.database, url).await?);
+                    }
+                    slot.as_mut().expect("just opened").read(&self.ask).await
+                })
+                .await
+                .unwrap_or_else(|_| Err(format!("no answer within {:?}", self.timeout)));
+                if read.is_err() {
+                    *slot = None;
                 }
-                slot.as_mut().expect("just opened").read(&self.ask).await
-            })
-            .await
-            .unwrap_or_else(|_| Err(format!("no answer within {:?}", self.timeout)));
+                read.map_err(|e| format!("{}: {e}", host(url)))
+            });
+        let mut worst: Option<f64> = None;
+        for read in futures::future::join_all(reads).await {
             match read {
                 Ok(v) => worst = Some(worst.map_or(v, |w: f64| w.max(v))),
-                Err(e) => {
-                    *slot = None;
-                    let at = host(url);
-                    return Reading::Failed(format!("{at}: {e}"));
-                }
+                Err(e) => return Reading::Failed(e),
             }
         }
         worst.map_or_else(|| Reading::Failed("nothing to ask".into()), Reading::Value)
