@@ -220,6 +220,7 @@ impl Delivery {
                     written,
                     deleted,
                     stale,
+                    superseded,
                 } => {
                     outage = 0;
                     unexplained.written();
@@ -228,9 +229,11 @@ impl Delivery {
                     metrics::counter!(ITEMS, "outcome" => "written").increment(written);
                     metrics::counter!(ITEMS, "outcome" => "deleted").increment(deleted);
                     metrics::counter!(ITEMS, "outcome" => "stale").increment(stale);
+                    metrics::counter!(ITEMS, "outcome" => "superseded").increment(superseded);
                     Stats::add(&self.stats.written, written);
                     Stats::add(&self.stats.deleted, deleted);
                     Stats::add(&self.stats.stale, stale);
+                    Stats::add(&self.stats.superseded, superseded);
                 }
                 WriteOutcome::Throttled {
                     retry_after,

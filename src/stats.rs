@@ -13,9 +13,11 @@ pub struct Stats {
     pub pulled: AtomicU64,
     pub written: AtomicU64,
     pub duplicates: AtomicU64,
-    /// Upsert mode: keys deleted, and records not applied over a version as new.
+    /// Upsert mode: keys deleted; records refused by the version guard; records dropped
+    /// for a newer version of their key in the same batch.
     pub deleted: AtomicU64,
     pub stale: AtomicU64,
+    pub superseded: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub throttled: AtomicU64,
     /// Records a sink answering record by record refused for now (and were sent again).
@@ -199,6 +201,7 @@ impl Stats {
             duplicates: self.duplicates.load(Relaxed),
             deleted: self.deleted.load(Relaxed),
             stale: self.stale.load(Relaxed),
+            superseded: self.superseded.load(Relaxed),
             throttled: self.throttled.load(Relaxed),
             throttled_records: self.throttled_records.load(Relaxed),
             retries: self.retries.load(Relaxed),
@@ -224,10 +227,13 @@ pub struct Summary {
     pub duplicates: u64,
     /// Upsert mode: keys deleted (a tombstone version stored).
     pub deleted: u64,
-    /// Upsert mode: records not applied because their key held a version at least as new
-    /// (stored by an earlier write, or later in the same batch): out-of-order completion,
-    /// redelivery, or versions that arrived shuffled.
+    /// Upsert mode: records the version guard refused because their key already held a
+    /// version at least as new: batches that completed out of order, redelivery after a
+    /// crash, versions that arrived shuffled.
     pub stale: u64,
+    /// Upsert mode: records left out because a newer version of their key was in the same
+    /// batch (PostgreSQL updates a row once per statement).
+    pub superseded: u64,
     /// Writes the sink answered with "slow down".
     pub throttled: u64,
     /// Records a bulk answer refused for now and that were sent again alone (the rest of
@@ -271,8 +277,11 @@ impl std::fmt::Display for Summary {
             self.pulled,
             self.written,
             self.duplicates,
-            if self.deleted + self.stale > 0 {
-                format!(" · deleted {} · stale {}", self.deleted, self.stale)
+            if self.deleted + self.stale + self.superseded > 0 {
+                format!(
+                    " · deleted {} · stale {} · superseded {}",
+                    self.deleted, self.stale, self.superseded
+                )
             } else {
                 String::new()
             },

@@ -31,12 +31,14 @@ pub enum WriteOutcome {
     /// Durably written; `duplicates` keys were already there and were left alone.
     Written { inserted: u64, duplicates: u64 },
     /// Upsert mode: durably written. `written` keys were inserted or updated, `deleted`
-    /// keys deleted (a tombstone version stored), `stale` records left alone because the
-    /// key already held a version at least as new (one stored, or one later in the batch).
+    /// keys deleted (a tombstone version stored), `stale` records refused by the guard
+    /// because the key already held a version at least as new, `superseded` records left
+    /// out because a newer version of their key was in the same batch.
     Upserted {
         written: u64,
         deleted: u64,
         stale: u64,
+        superseded: u64,
     },
     /// The sink asked us to slow down (HTTP 429/503, a throttling SQLSTATE).
     Throttled {

@@ -61,11 +61,15 @@ fn describe() {
     );
     describe_counter!(
         "sluice_records_stale_total",
-        "Upsert mode: records not applied because their key held a version at least as new."
+        "Upsert mode: records the version guard refused, their key held a version at least as new."
+    );
+    describe_counter!(
+        "sluice_records_superseded_total",
+        "Upsert mode: records left out for a newer version of their key in the same batch."
     );
     describe_counter!(
         ITEMS,
-        "Records the sink answered for, by outcome: written, duplicate, deleted, stale (upsert), throttled (refused for now, sent again), failed (retried), rejected (dead-lettered)."
+        "Records the sink answered for, by outcome: written, duplicate, deleted, stale, superseded (upsert), throttled (refused for now, sent again), failed (retried), rejected (dead-lettered)."
     );
     describe_counter!(
         "sluice_throttle_events_total",
@@ -148,6 +152,7 @@ pub fn render(stats: &Stats) -> String {
     counter!("sluice_records_duplicates_total").absolute(stats.duplicates.load(Relaxed));
     counter!("sluice_records_deleted_total").absolute(stats.deleted.load(Relaxed));
     counter!("sluice_records_stale_total").absolute(stats.stale.load(Relaxed));
+    counter!("sluice_records_superseded_total").absolute(stats.superseded.load(Relaxed));
     counter!("sluice_throttle_events_total").absolute(stats.throttled.load(Relaxed));
     counter!("sluice_retries_total").absolute(stats.retries.load(Relaxed));
     gauge!("sluice_rate_limit_records_per_second").set(stats.rate_limit.get());

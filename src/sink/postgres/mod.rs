@@ -245,10 +245,17 @@ impl PostgresSink {
         match query.fetch_one(&mut *conn).await {
             Ok((written, deleted)) => {
                 let (written, deleted) = (written.max(0) as u64, deleted.max(0) as u64);
+                // One version of each key reaches the guard; the rest were superseded.
+                let keys = rows
+                    .iter()
+                    .map(|r| r.key.as_str())
+                    .collect::<std::collections::HashSet<_>>()
+                    .len() as u64;
                 WriteOutcome::Upserted {
                     written,
                     deleted,
-                    stale: (rows.len() as u64).saturating_sub(written + deleted),
+                    stale: keys.saturating_sub(written + deleted),
+                    superseded: rows.len() as u64 - keys,
                 }
             }
             Err(e) => self.failed(&mut conn, e),
