@@ -321,7 +321,8 @@ async fn sink(config: &Config, timeout: Duration) -> Vec<Probe> {
     }
     // A mapped table must take the statement every batch runs. Opening the sink prepares
     // it, and creates only the dead-letter table: so only once that exists.
-    let mapped = sink.kind == SinkKind::Postgres && sink.columns.is_some();
+    let mapped =
+        matches!(sink.kind, SinkKind::Postgres | SinkKind::Mysql) && sink.columns.is_some();
     if mapped
         && probes.iter().all(|p| {
             p.result

@@ -405,11 +405,12 @@ pub struct SinkConfig {
     pub response: Option<crate::sink::http::contract::ResponseContract>,
     /// elasticsearch: the index and the bulk action (`sink::elasticsearch::settings`).
     pub elasticsearch: Option<crate::sink::elasticsearch::settings::ElasticsearchSettings>,
-    /// PostgreSQL: write into an existing table, column → JSON pointer into the payload
-    /// (`""` is the whole payload). Absent: the table is created as key, payload, source.
+    /// PostgreSQL, MySQL: write into an existing table, column → JSON pointer into the
+    /// payload (`""` is the whole payload). Absent: the table is created as key, payload,
+    /// source.
     pub columns: Option<BTreeMap<String, String>>,
-    /// PostgreSQL with `columns`: the column that receives the record key; it must carry a
-    /// unique index so redelivery is absorbed.
+    /// PostgreSQL, MySQL with `columns`: the column that receives the record key; it must
+    /// carry a unique index so redelivery is absorbed.
     pub key_column: Option<String>,
     /// PostgreSQL with `columns`: "strict" (default) writes a value only into a column of
     /// its own JSON type; "lenient" also lets PostgreSQL parse scalars (README's table).

@@ -45,8 +45,16 @@ const SINK_KEYS: &[(&str, &str, &[SinkKind])] = &[
     ("timeout", "sink.timeout", &[HTTP, ES]),
     ("tls", "sink.tls", &[HTTP, ES]),
     ("dead_letters", "sink.dead_letters", &[HTTP, ES]),
-    ("columns", "sink.columns", &[SinkKind::Postgres]),
-    ("key_column", "sink.key_column", &[SinkKind::Postgres]),
+    (
+        "columns",
+        "sink.columns",
+        &[SinkKind::Postgres, SinkKind::Mysql],
+    ),
+    (
+        "key_column",
+        "sink.key_column",
+        &[SinkKind::Postgres, SinkKind::Mysql],
+    ),
     (
         "version_column",
         "sink.version_column",

@@ -35,9 +35,10 @@ pub fn classify(number: u16, throttle_errors: &[u16]) -> ErrorClass {
         2002 | 2003 | 2006 | 2013 | 1053 | 1290 | 1927 => ErrorClass::Unavailable,
         // Deadlock, lock wait timeout, MariaDB's and MySQL's statement timeouts.
         1213 | 1205 | 1969 | 3024 => ErrorClass::Transient,
-        // NOT NULL, duplicate on a secondary unique key, out of range, bad date, bad
-        // value, too long, invalid JSON; CHECK constraints (MariaDB 4025, MySQL 3819).
-        1048 | 1062 | 1264 | 1292 | 1366 | 1406 | 3140 | 4025 | 3819 => ErrorClass::Data,
+        // NOT NULL, duplicate on a secondary unique key, out of range, data truncated
+        // (`12abc` for a number), bad date, bad value, too long, invalid JSON; CHECK
+        // constraints (MariaDB 4025, MySQL 3819).
+        1048 | 1062 | 1264 | 1265 | 1292 | 1366 | 1406 | 3140 | 4025 | 3819 => ErrorClass::Data,
         // No such table, unknown column, table access denied; database access denied,
         // login refused, unknown database, column access denied.
         1146 | 1054 | 1142 | 1044 | 1045 | 1049 | 1143 => ErrorClass::Fatal,

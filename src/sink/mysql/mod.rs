@@ -4,6 +4,7 @@
 //! delivery knows whether to wait, retry, split or stop.
 
 pub mod errno;
+pub mod mapping;
 pub mod settings;
 pub mod statement;
 
@@ -14,6 +15,7 @@ use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptio
 use sqlx::{Connection, Executor, SqlSafeStr};
 
 use self::errno::{ErrorClass, classify};
+use self::mapping::Mapping;
 use self::statement::{DUPLICATES_VARIABLE, Oversized};
 use super::dead_letters::headers_json;
 use super::identifier::backtick;
@@ -27,10 +29,17 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Room left in a packet for the statement's own framing.
 const PACKET_MARGIN: usize = 4096;
 
+/// The columns of the table sluice creates, in the order a row binds them.
+const CREATED_COLUMNS: [&str; 3] = ["key", "payload", "source"];
+
 pub struct MysqlSink {
     pool: MySqlPool,
     /// The records table, quoted.
     quoted: String,
+    /// The statement's columns, quoted, the key's first.
+    columns: Vec<String>,
+    /// An existing table's `[sink.columns]`; `None`: the table sluice creates.
+    mapping: Option<Mapping>,
     /// The table this sink writes, named in its dead letters.
     table: String,
     /// Most bytes of values one statement may carry.
@@ -68,7 +77,25 @@ impl MysqlSink {
                 ..fail(&reason(&e))
             })?;
         let quoted = backtick(&sink.table);
-        create_tables(&mut conn, &quoted)
+        let mapping = match &sink.columns {
+            None => None,
+            Some(columns) => {
+                let columns: Vec<(String, String)> = columns
+                    .iter()
+                    .map(|(c, p)| (c.clone(), p.clone()))
+                    .collect();
+                let key_column = super::columns::key_column(sink);
+                let mapping = mapping::inspect(&mut conn, &sink.table, key_column, &columns)
+                    .await
+                    .map_err(|e| fail(&e))?;
+                Some(mapping)
+            }
+        };
+        let columns: Vec<String> = match &mapping {
+            None => CREATED_COLUMNS.iter().map(|c| backtick(c)).collect(),
+            Some(m) => m.names().map(backtick).collect(),
+        };
+        create_tables(&mut conn, mapping.is_none().then_some(quoted.as_str()))
             .await
             .map_err(|e| fail(&reason(&e)))?;
         let packet: u64 = sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS UNSIGNED)")
@@ -76,7 +103,7 @@ impl MysqlSink {
             .await
             .map_err(|e| fail(&reason(&e)))?;
         // What start-up promises: the statement every batch runs is valid for this table.
-        conn.prepare(sqlx::AssertSqlSafe(statement::insert(&quoted, 1)).into_sql_str())
+        conn.prepare(sqlx::AssertSqlSafe(statement::insert(&quoted, &columns, 1)).into_sql_str())
             .await
             .map_err(|e| {
                 fail(&format!(
@@ -88,6 +115,8 @@ impl MysqlSink {
         Ok(MysqlSink {
             pool,
             quoted,
+            columns,
+            mapping,
             table: sink.table.clone(),
             budget: (packet as usize)
                 .saturating_sub(PACKET_MARGIN)
@@ -101,7 +130,7 @@ impl MysqlSink {
     async fn insert(
         &self,
         conn: &mut MySqlConnection,
-        rows: &[Row],
+        batch: &Batch<'_>,
         runs: &[std::ops::Range<usize>],
     ) -> Result<u64, sqlx::Error> {
         conn.execute(sqlx::AssertSqlSafe(format!(
@@ -109,11 +138,11 @@ impl MysqlSink {
         )))
         .await?;
         if let [run] = runs {
-            self.insert_run(&mut *conn, &rows[run.clone()]).await?;
+            self.insert_run(&mut *conn, batch, run.clone()).await?;
         } else {
             let mut tx = conn.begin().await?;
             for run in runs {
-                self.insert_run(&mut tx, &rows[run.clone()]).await?;
+                self.insert_run(&mut tx, batch, run.clone()).await?;
             }
             tx.commit().await?;
         }
@@ -128,15 +157,27 @@ impl MysqlSink {
     async fn insert_run(
         &self,
         conn: &mut MySqlConnection,
-        rows: &[Row],
+        batch: &Batch<'_>,
+        run: std::ops::Range<usize>,
     ) -> Result<(), sqlx::Error> {
-        let sql = statement::insert(&self.quoted, rows.len());
+        let sql = statement::insert(&self.quoted, &self.columns, run.len());
         let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for row in rows {
-            query = query
-                .bind(row.key.as_str())
-                .bind(row.payload.as_str())
-                .bind(row.origin.as_str());
+        match batch {
+            Batch::Created(rows) => {
+                for row in &rows[run] {
+                    query = query
+                        .bind(row.key.as_str())
+                        .bind(row.payload.as_str())
+                        .bind(row.origin.as_str());
+                }
+            }
+            Batch::Mapped(rows) => {
+                for values in &rows[run] {
+                    for value in values {
+                        query = query.bind(value.as_deref());
+                    }
+                }
+            }
         }
         query.execute(conn).await.map(drop)
     }
@@ -172,6 +213,69 @@ impl MysqlSink {
                 .bind(headers_json(&letter.context));
         }
         query.execute(conn).await.map(drop)
+    }
+}
+
+/// A batch's values as its statements bind them.
+enum Batch<'a> {
+    /// Key, payload, source of each row.
+    Created(&'a [Row]),
+    /// Each row's values in the order of `Mapping::names`.
+    Mapped(Vec<Vec<Option<String>>>),
+}
+
+impl Batch<'_> {
+    /// Each row's bytes of values, and how many values a row has.
+    fn sizes(&self) -> (Vec<usize>, usize) {
+        match self {
+            Batch::Created(rows) => (
+                rows.iter()
+                    .map(|r| r.key.len() + r.payload.len() + r.origin.len())
+                    .collect(),
+                CREATED_COLUMNS.len(),
+            ),
+            Batch::Mapped(rows) => (
+                rows.iter()
+                    .map(|values| values.iter().flatten().map(String::len).sum())
+                    .collect(),
+                rows.first().map_or(1, Vec::len),
+            ),
+        }
+    }
+}
+
+/// Each row's values for an existing table, or the rows that can never go in: those
+/// refused for the same reason as the first.
+fn mapped_values(
+    mapping: &Mapping,
+    rows: &[Row],
+) -> Result<Vec<Vec<Option<String>>>, WriteOutcome> {
+    let mut values = Vec::with_capacity(rows.len());
+    let mut refused: Option<(Vec<usize>, String)> = None;
+    for (i, row) in rows.iter().enumerate() {
+        match mapping.values(row) {
+            Ok(v) => values.push(v),
+            Err(why) => match &mut refused {
+                Some((rows, reason)) if *reason == why => rows.push(i),
+                Some(_) => {}
+                None => refused = Some((vec![i], why)),
+            },
+        }
+    }
+    match refused {
+        None => Ok(values),
+        Some((rows, reason)) => Err(WriteOutcome::Rejected {
+            rows: Some(rows),
+            reason,
+        }),
+    }
+}
+
+/// `schema.table` or `table` as (schema, table).
+fn identifier_of(table: &str) -> (Option<&str>, &str) {
+    match table.split_once('.') {
+        Some((schema, name)) => (Some(schema), name),
+        None => (None, table),
     }
 }
 
@@ -231,18 +335,24 @@ fn judge(err: &sqlx::Error, throttle_errors: &[u16]) -> WriteOutcome {
     }
 }
 
-/// Creates the records table and the dead-letter table when missing. A key longer than
-/// 255 characters is refused by the server (error 1406) and dead-lettered.
-async fn create_tables(conn: &mut MySqlConnection, quoted: &str) -> Result<(), sqlx::Error> {
-    let ddl = format!(
-        "CREATE TABLE IF NOT EXISTS {quoted} (
+/// Creates the records table (when sluice owns its shape; `quoted`) and the dead-letter
+/// table when missing. A key longer than 255 characters is refused by the server (error
+/// 1406) and dead-lettered.
+async fn create_tables(
+    conn: &mut MySqlConnection,
+    quoted: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    if let Some(quoted) = quoted {
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {quoted} (
             `key` VARCHAR(255) NOT NULL PRIMARY KEY,
             `payload` JSON NOT NULL,
             `source` TEXT,
             `ingested_at` TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
         ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
-    );
-    conn.execute(sqlx::AssertSqlSafe(ddl)).await?;
+        );
+        conn.execute(sqlx::AssertSqlSafe(ddl)).await?;
+    }
     conn.execute(
         "CREATE TABLE IF NOT EXISTS sluice_dead_letters (
             id BIGINT AUTO_INCREMENT PRIMARY KEY,
@@ -270,10 +380,7 @@ pub async fn check(url: &str, tables: &[&str]) -> Result<String, String> {
         .map_err(|e| format!("cannot connect: {}", reason(&e)))?;
     let mut missing = Vec::new();
     for table in tables {
-        let (schema, name) = match table.split_once('.') {
-            Some((s, n)) => (Some(s), n),
-            None => (None, *table),
-        };
+        let (schema, name) = identifier_of(table);
         let present: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM information_schema.tables \
              WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?",
@@ -301,7 +408,15 @@ impl Sink for MysqlSink {
     }
 
     async fn write(&self, rows: &[Row]) -> WriteOutcome {
-        let runs = match statement::chunks(rows, self.budget) {
+        let batch = match &self.mapping {
+            None => Batch::Created(rows),
+            Some(m) => match mapped_values(m, rows) {
+                Ok(values) => Batch::Mapped(values),
+                Err(refused) => return refused,
+            },
+        };
+        let (sizes, params) = batch.sizes();
+        let runs = match statement::chunks(sizes.into_iter(), params, self.budget) {
             Ok(runs) => runs,
             Err(Oversized(i)) => {
                 return WriteOutcome::Rejected {
@@ -317,7 +432,7 @@ impl Sink for MysqlSink {
             Ok(c) => c,
             Err(e) => return judge(&e, &self.throttle_errors),
         };
-        match self.insert(&mut conn, rows, &runs).await {
+        match self.insert(&mut conn, &batch, &runs).await {
             Ok(duplicates) => WriteOutcome::Written {
                 inserted: rows.len() as u64 - duplicates.min(rows.len() as u64),
                 duplicates,

@@ -25,6 +25,7 @@ pub fn validate(sink: &SinkConfig, p: &mut Problems) {
     if let Err(e) = connect_options(&sink.url) {
         p.add("sink.url", e);
     }
+    crate::sink::columns::validate(sink, p);
     if let Some(zero) = sink.throttle_errors.iter().find(|n| **n == 0) {
         p.add(
             "sink.throttle_errors",

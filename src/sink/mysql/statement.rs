@@ -3,38 +3,36 @@
 //! `INSERT IGNORE` would also turn bad data into warnings — cut into statements that fit
 //! the server's `max_allowed_packet`.
 
-use crate::record::Row;
-
-/// Parameters per row: key, payload, source.
-const PARAMS_PER_ROW: usize = 3;
-
 /// A prepared statement takes at most 65,535 parameters.
-pub const MAX_ROWS_PER_STATEMENT: usize = 65_535 / PARAMS_PER_ROW;
+const MAX_PARAMS: usize = 65_535;
 
-/// Bytes a row adds to a statement's packet besides its values (length prefixes, types).
-const ROW_OVERHEAD: usize = 32;
+/// Bytes a value adds to a statement's packet besides its text (length prefix, type).
+const VALUE_OVERHEAD: usize = 10;
 
 /// The session variable the no-op update counts duplicates in. The driver always asks for
 /// "found rows", so affected rows count a redelivered key like a new one.
 pub const DUPLICATES_VARIABLE: &str = "@sluice_duplicates";
 
-/// The insert for `rows` rows into `table` (already quoted).
-pub fn insert(table: &str, rows: usize) -> String {
-    let mut sql = String::with_capacity(96 + rows * 10);
+/// The insert of `rows` rows into `table` (already quoted) over `columns` (quoted, the
+/// key's column first).
+pub fn insert(table: &str, columns: &[String], rows: usize) -> String {
+    let placeholders = format!("({})", vec!["?"; columns.len()].join(","));
+    let key = &columns[0];
+    let mut sql = String::with_capacity(96 + rows * (placeholders.len() + 1));
     sql.push_str("INSERT INTO ");
     sql.push_str(table);
-    sql.push_str(" (`key`, `payload`, `source`) VALUES ");
+    sql.push_str(" (");
+    sql.push_str(&columns.join(", "));
+    sql.push_str(") VALUES ");
     for i in 0..rows {
         if i > 0 {
             sql.push(',');
         }
-        sql.push_str("(?,?,?)");
+        sql.push_str(&placeholders);
     }
-    sql.push_str(" ON DUPLICATE KEY UPDATE `key` = IF((");
-    sql.push_str(DUPLICATES_VARIABLE);
-    sql.push_str(" := ");
-    sql.push_str(DUPLICATES_VARIABLE);
-    sql.push_str(" + 1) > 0, `key`, `key`)");
+    sql.push_str(&format!(
+        " ON DUPLICATE KEY UPDATE {key} = IF(({DUPLICATES_VARIABLE} := {DUPLICATES_VARIABLE} + 1) > 0, {key}, {key})"
+    ));
     sql
 }
 
@@ -42,23 +40,30 @@ pub fn insert(table: &str, rows: usize) -> String {
 #[derive(Debug, PartialEq)]
 pub struct Oversized(pub usize);
 
-/// Cuts `rows` into runs that each fit in `budget` bytes (and the parameter limit).
-pub fn chunks(rows: &[Row], budget: usize) -> Result<Vec<std::ops::Range<usize>>, Oversized> {
+/// Cuts rows of `sizes` bytes of values, `params` values each, into runs that each fit in
+/// `budget` bytes and the parameter limit.
+pub fn chunks(
+    sizes: impl ExactSizeIterator<Item = usize>,
+    params: usize,
+    budget: usize,
+) -> Result<Vec<std::ops::Range<usize>>, Oversized> {
+    let most_rows = MAX_PARAMS / params.max(1);
+    let len = sizes.len();
     let mut runs = Vec::new();
     let (mut start, mut bytes) = (0, 0);
-    for (i, row) in rows.iter().enumerate() {
-        let size = row.key.len() + row.payload.len() + row.origin.len() + ROW_OVERHEAD;
+    for (i, size) in sizes.enumerate() {
+        let size = size + params * VALUE_OVERHEAD;
         if size > budget {
             return Err(Oversized(i));
         }
-        if i > start && (bytes + size > budget || i - start == MAX_ROWS_PER_STATEMENT) {
+        if i > start && (bytes + size > budget || i - start == most_rows) {
             runs.push(start..i);
             (start, bytes) = (i, 0);
         }
         bytes += size;
     }
-    if start < rows.len() {
-        runs.push(start..rows.len());
+    if start < len {
+        runs.push(start..len);
     }
     Ok(runs)
 }
@@ -67,42 +72,39 @@ pub fn chunks(rows: &[Row], budget: usize) -> Result<Vec<std::ops::Range<usize>>
 mod tests {
     use super::*;
 
-    fn row(payload_len: usize) -> Row {
-        Row {
-            key: "k".into(),
-            payload: "x".repeat(payload_len),
-            origin: "o".into(),
-            ..Default::default()
-        }
+    fn names(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| format!("`{n}`")).collect()
     }
 
     #[test]
     fn the_update_assigns_the_key_to_itself() {
-        let sql = insert("`t`", 2);
+        let sql = insert("`t`", &names(&["key", "payload", "source"]), 2);
         assert!(sql.starts_with("INSERT INTO `t` (`key`, `payload`, `source`) VALUES (?,?,?),(?,?,?) ON DUPLICATE KEY UPDATE `key` = IF("));
         assert!(sql.ends_with(", `key`, `key`)"));
         assert!(!sql.contains("IGNORE"));
+        let sql = insert("`t`", &names(&["order_id", "amount"]), 1);
+        assert!(sql.starts_with("INSERT INTO `t` (`order_id`, `amount`) VALUES (?,?) ON DUPLICATE KEY UPDATE `order_id` = IF("));
     }
 
     #[test]
     fn statements_stay_under_the_budget() {
-        let rows: Vec<Row> = (0..10).map(|_| row(100 - ROW_OVERHEAD - 2)).collect();
-        assert_eq!(chunks(&rows, 1000).unwrap(), vec![0..10]);
-        assert_eq!(chunks(&rows, 350).unwrap(), vec![0..3, 3..6, 6..9, 9..10]);
-        assert_eq!(chunks(&rows, 99), Err(Oversized(0)));
-        assert!(chunks(&[], 99).unwrap().is_empty());
+        let sizes = || std::iter::repeat_n(100 - 3 * VALUE_OVERHEAD, 10);
+        assert_eq!(chunks(sizes(), 3, 1000).unwrap(), vec![0..10]);
+        assert_eq!(
+            chunks(sizes(), 3, 350).unwrap(),
+            vec![0..3, 3..6, 6..9, 9..10]
+        );
+        assert_eq!(chunks(sizes(), 3, 99), Err(Oversized(0)));
+        assert!(chunks(std::iter::empty(), 3, 99).unwrap().is_empty());
     }
 
     #[test]
     fn statements_stay_under_the_parameter_limit() {
-        let rows: Vec<Row> = (0..MAX_ROWS_PER_STATEMENT + 1).map(|_| row(1)).collect();
-        let runs = chunks(&rows, usize::MAX).unwrap();
-        assert_eq!(
-            runs,
-            vec![
-                0..MAX_ROWS_PER_STATEMENT,
-                MAX_ROWS_PER_STATEMENT..rows.len()
-            ]
-        );
+        let most = MAX_PARAMS / 3;
+        let runs = chunks(std::iter::repeat_n(1, most + 1), 3, usize::MAX).unwrap();
+        assert_eq!(runs, vec![0..most, most..most + 1]);
+        let most = MAX_PARAMS / 7;
+        let runs = chunks(std::iter::repeat_n(1, most + 1), 7, usize::MAX).unwrap();
+        assert_eq!(runs, vec![0..most, most..most + 1]);
     }
 }

@@ -146,7 +146,8 @@ fn json_type(value: &Value) -> &'static str {
 
 /// The integer a JSON number's text denotes, whatever its notation (`1e3`, `1000.0`):
 /// refused when it has a fraction or does not fit `min..=max`. Exact: no float in between.
-fn integer(text: &str, min: i64, max: i64) -> Result<i64, String> {
+/// The MySQL sink checks its integer columns with it too.
+pub fn integer(text: &str, min: i64, max: i64) -> Result<i64, String> {
     let (negative, unsigned) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),

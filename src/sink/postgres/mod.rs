@@ -99,7 +99,7 @@ impl PostgresSink {
                 upserting.then(|| UpsertLayout::created(&sink.table)),
             ),
             Some(columns) => {
-                let key_column = sink.key_column.as_deref().unwrap_or("key");
+                let key_column = super::columns::key_column(sink);
                 let columns: Vec<(String, String)> = columns
                     .iter()
                     .map(|(c, p)| (c.clone(), p.clone()))

@@ -2,7 +2,6 @@
 //! SQL are plain identifiers, and keys that only this sink reads are not set for others.
 
 use crate::config::{Problems, SinkConfig, SinkKind};
-use crate::sink::identifier;
 
 pub fn validate(sink: &SinkConfig, p: &mut Problems) {
     // Keys of this sink set for another kind are refused by `config_kinds`.
@@ -34,45 +33,7 @@ pub fn validate(sink: &SinkConfig, p: &mut Problems) {
             p.check(super::tls::validate_url(url, key));
         }
     }
-    if let Some(columns) = &sink.columns {
-        if columns.is_empty() {
-            p.add(
-                "sink.columns",
-                "name at least one column, or leave the table out to have it created",
-            );
-        }
-        for (column, pointer) in columns {
-            if let Err(e) = column_name(column) {
-                p.add("sink.columns", e);
-            }
-            if !(pointer.is_empty() || pointer.starts_with('/')) {
-                p.add(
-                    "sink.columns",
-                    format!(
-                        "{column} = {pointer:?} is not a JSON pointer (\"/field\", or \"\" for the whole record)"
-                    ),
-                );
-            }
-        }
-    }
-    if let Some(key_column) = &sink.key_column {
-        if let Err(e) = column_name(key_column) {
-            p.add("sink.key_column", e);
-        }
-        match &sink.columns {
-            None => p.add(
-                "sink.key_column",
-                "only applies with [sink.columns] (a created table's key column is \"key\")",
-            ),
-            Some(columns) if columns.contains_key(key_column) => p.add(
-                "sink.key_column",
-                format!(
-                    "{key_column:?} receives the record key; do not map it in [sink.columns] too"
-                ),
-            ),
-            Some(_) => {}
-        }
-    }
+    crate::sink::columns::validate(sink, p);
     if sink.coerce.is_some() && sink.columns.is_none() {
         p.add(
             "sink.coerce",
@@ -96,14 +57,6 @@ pub fn validate(sink: &SinkConfig, p: &mut Problems) {
     if let Some(connections) = sink.max_connections {
         p.count("sink.max_connections", u64::from(connections), 1, 10_000);
     }
-}
-
-/// A column is one plain identifier (no schema part).
-fn column_name(name: &str) -> Result<(), String> {
-    if name.contains('.') {
-        return Err(format!("{name:?} is not a column name"));
-    }
-    identifier::validate(name)
 }
 
 #[cfg(test)]
