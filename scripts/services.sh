@@ -47,29 +47,43 @@ if have psql; then
 fi
 
 # --- MariaDB -------------------------------------------------------------------
-# A test database and two users: `sluice` with every right on it, and `sluice_one`,
-# limited to one connection, for the push-back test.
+# Debian's mariadb-server (its postinst creates /var/lib/mysql; in a container its own
+# start is usually refused by policy-rc.d), started by its init script, which needs no
+# systemd, or else by mysqld_safe. Then a test database and two users: `sluice` with
+# every right on it (PROCESS to watch lock waits in tests), and `sluice_one`, limited to
+# one connection, for the push-back test. tests/mysql.rs also starts scratch servers of
+# its own with mariadb-install-db and mariadbd (both in mariadb-server-core).
 MYSQL_PORT=3306
+export PATH="$PATH:/usr/sbin:/sbin"
+if ! have mariadbd || ! have mariadb-install-db || ! have mariadb; then
+  log "installing mariadb-server"
+  apt_install mariadb-server
+fi
 if ! wait_port 127.0.0.1 "$MYSQL_PORT" 1; then
-  if ! have mariadbd; then log "installing mariadb-server"; apt_install mariadb-server; fi
   log "starting mariadb"
+  mkdir -p /run/mysqld && chown mysql: /run/mysqld
+  if [ ! -d /var/lib/mysql/mysql ]; then
+    mariadb-install-db --user=mysql --datadir=/var/lib/mysql --skip-test-db >&2
+  fi
   if [ -x /etc/init.d/mariadb ]; then
     /etc/init.d/mariadb start >&2 || true
   fi
   if ! wait_port 127.0.0.1 "$MYSQL_PORT" 5; then
-    mkdir -p /run/mysqld && chown mysql: /run/mysqld
     nohup mysqld_safe --user=mysql >"$STATE/mariadb.log" 2>&1 &
   fi
-  wait_port 127.0.0.1 "$MYSQL_PORT" 60 || { log "mariadb did not come up"; exit 1; }
+  wait_port 127.0.0.1 "$MYSQL_PORT" 60 || { log "mariadb did not come up"; cat "$STATE/mariadb.log" >&2 || true; exit 1; }
 fi
+# root over the socket: Debian's root@localhost authenticates by unix_socket.
 mariadb --protocol=socket -u root >&2 <<'SQL'
 CREATE DATABASE IF NOT EXISTS sluice_test;
 CREATE USER IF NOT EXISTS 'sluice'@'127.0.0.1' IDENTIFIED BY 'sluice';
 CREATE USER IF NOT EXISTS 'sluice'@'localhost' IDENTIFIED BY 'sluice';
 GRANT ALL ON sluice_test.* TO 'sluice'@'127.0.0.1', 'sluice'@'localhost';
 GRANT PROCESS, CONNECTION ADMIN ON *.* TO 'sluice'@'127.0.0.1', 'sluice'@'localhost';
-CREATE USER IF NOT EXISTS 'sluice_one'@'127.0.0.1' IDENTIFIED BY 'sluice' WITH MAX_USER_CONNECTIONS 1;
-GRANT ALL ON sluice_test.* TO 'sluice_one'@'127.0.0.1';
+CREATE USER IF NOT EXISTS 'sluice_one'@'127.0.0.1' IDENTIFIED BY 'sluice';
+CREATE USER IF NOT EXISTS 'sluice_one'@'localhost' IDENTIFIED BY 'sluice';
+ALTER USER 'sluice_one'@'127.0.0.1', 'sluice_one'@'localhost' WITH MAX_USER_CONNECTIONS 1;
+GRANT ALL ON sluice_test.* TO 'sluice_one'@'127.0.0.1', 'sluice_one'@'localhost';
 SQL
 
 # --- RabbitMQ -----------------------------------------------------------------
