@@ -11,6 +11,8 @@
 //! `SLUICE_BENCH_CEILING_RECORDS` changes the ceilings' backlog. To compare two builds of
 //! sluice in one session, `SLUICE_BENCH_STRATEGIES=sluice,sluice-4x` runs only those
 //! strategies (and no ceilings) and `SLUICE_BENCH_SLUICE=path` drains with that binary.
+//! `SLUICE_BENCH_CEILINGS=mariadb` measures only the ceilings whose path names it
+//! (case-insensitive), and no scenarios: one path's row without the ten minutes.
 
 mod ceilings;
 mod limit;
@@ -110,6 +112,15 @@ fn main() {
         Mode::smoke()
     };
     let started = Instant::now();
+    if let Ok(only) = std::env::var("SLUICE_BENCH_CEILINGS") {
+        let ceilings = ceilings::measure_only(&only, mode.ceiling_records, mode.smoke);
+        println!(
+            "## Throughput ceilings, limits off\n\nMachine: {}\n\n{}",
+            machine(),
+            ceilings::table(&ceilings)
+        );
+        return;
+    }
     println!(
         "## Scenarios{}\n\nMachine: {}\n",
         if mode.smoke { " (smoke)" } else { "" },
