@@ -311,9 +311,10 @@ fn experiment(s: usize, balance: &str, in_flight: usize, batches: usize) -> Run 
 /// Runs every strategy on S endpoints and prints the distribution; returns the runs by
 /// name.
 fn distribution(s: usize, batches: usize) -> Vec<(String, Run)> {
-    // The load band is smoothed over 1 s instead of Finagle's 5 s so that a run of a few
-    // seconds shows the subset widening.
-    let aperture = "strategy = \"aperture\"\n[sink.balance.aperture]\nwindow = \"1s\"";
+    // The load band is smoothed over 200 ms instead of Finagle's 5 s so that the busy run
+    // shows the subset widening even when its first endpoint is the 10 ms one and the run
+    // lasts 0.4 s (over 1 s it stayed on that one endpoint).
+    let aperture = "strategy = \"aperture\"\n[sink.balance.aperture]\nwindow = \"200ms\"";
     let cases = [
         ("round-robin", "strategy = \"round-robin\"", s),
         ("least-loaded", "strategy = \"least-loaded\"", s),
