@@ -105,8 +105,8 @@ pub struct TelemetryConfig {
     /// Serve /metrics, /healthz, /readyz and the operator controls here, e.g.
     /// "127.0.0.1:9898"; off when absent.
     pub listen: Option<std::net::SocketAddr>,
-    /// The bearer token the operator controls (`sluice ctl`) require; needed when `listen`
-    /// is not on loopback. SLUICE_TELEMETRY__TOKEN keeps it out of the file.
+    /// The bearer token the operator controls (`sluice ctl`) require; without one, a
+    /// listener off loopback serves /metrics and health but refuses the controls (403). SLUICE_TELEMETRY__TOKEN keeps it out of the file.
     pub token: Option<String>,
     /// A file holding `token`.
     pub token_file: Option<PathBuf>,
@@ -116,17 +116,6 @@ impl TelemetryConfig {
     fn validate(&self, p: &mut Problems) {
         if self.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             p.add("telemetry.token", "must not be empty");
-        }
-        if let Some(listen) = self.listen
-            && !listen.ip().is_loopback()
-            && self.token.is_none()
-        {
-            p.add(
-                "telemetry.token",
-                format!(
-                    "required when telemetry.listen ({listen}) is not on loopback: anyone who reaches it could pause or speed up the worker (set telemetry.token, telemetry.token_file or SLUICE_TELEMETRY__TOKEN)"
-                ),
-            );
         }
     }
 }

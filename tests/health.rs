@@ -550,7 +550,8 @@ fn ctl_pauses_resumes_and_sets_the_rate_of_a_running_worker() {
     assert!(log.contains("http from 127.0.0.1"), "{log}");
 }
 
-/// A listener off loopback without a token is refused before anything starts.
+/// A listener off loopback without a token serves metrics but not the controls: the worker
+/// runs and says so, naming the key.
 #[test]
 fn controls_off_loopback_need_a_token() {
     let dir = tempfile::tempdir().unwrap();
@@ -562,7 +563,7 @@ fn controls_off_loopback_need_a_token() {
         "[telemetry]\nlisten = \"0.0.0.0:0\"\n",
     );
     let out = run_in(dir.path(), DRAIN);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("telemetry.token"), "{}", stderr(&out));
 }
 

@@ -54,6 +54,13 @@ fn same(a: &str, b: &str) -> bool {
 }
 
 async fn authorize(State(s): State<Shared>, request: Request, next: Next) -> Response {
+    if s.controls_off {
+        return (
+            StatusCode::FORBIDDEN,
+            "operator controls are off: the listener is not on loopback and no bearer token (telemetry.token) is set\n",
+        )
+            .into_response();
+    }
     if let Some(token) = &s.token {
         let given = request
             .headers()

@@ -21,8 +21,11 @@ pub(super) struct Shared {
     pub stats: Arc<Stats>,
     pub sink: Arc<dyn Sink>,
     pub health: Arc<Health>,
-    /// The bearer token `/control/` requires; None: open (the listener is on loopback).
+    /// The bearer token `/control/` requires; None: open on loopback, refused elsewhere.
     pub token: Option<Arc<str>>,
+    /// No token and the listener is not on loopback: anyone who reaches it could pause
+    /// or speed up the worker, so the controls are off (metrics and health still served).
+    pub controls_off: bool,
 }
 
 /// Binds `listen` and serves until the task is aborted; returns the bound address.
@@ -34,11 +37,18 @@ pub async fn serve(
     token: Option<String>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
     super::metrics::handle();
+    let controls_off = token.is_none() && !listen.ip().is_loopback();
+    if controls_off {
+        tracing::warn!(
+            "telemetry.listen ({listen}) is not on loopback and no telemetry.token is set: the operator controls (/control, sluice ctl) are refused"
+        );
+    }
     let shared = Shared {
         stats,
         sink,
         health,
         token: token.map(Arc::from),
+        controls_off,
     };
     let app = Router::new()
         .route("/metrics", get(metrics))
