@@ -522,7 +522,7 @@ async fn drain(
             .await
             .map_err(|e| format!("cannot listen on {listen} (telemetry.listen): {e}"))?;
             tracing::info!("serving /metrics /healthz /readyz /control on http://{addr}");
-            if config.telemetry.token.is_none() {
+            if config.telemetry.token.is_none() && listen.ip().is_loopback() {
                 tracing::warn!(
                     "telemetry.token is not set: any local user can pause or speed up this worker through http://{addr}/control"
                 );
