@@ -28,6 +28,23 @@ pub struct Refused {
     pub reason: String,
 }
 
+impl Refused {
+    /// Row `row` cannot go in for `reason`: it joins the rows refused for the first
+    /// reason met (the others wait for a later attempt to be named).
+    pub fn note(refused: &mut Option<Refused>, row: usize, reason: String) {
+        match refused {
+            Some(r) if r.reason == reason => r.rows.push(row),
+            Some(_) => {}
+            None => {
+                *refused = Some(Refused {
+                    rows: vec![row],
+                    reason,
+                })
+            }
+        }
+    }
+}
+
 /// Where each row goes and the statement that puts it there.
 #[derive(Debug, Clone)]
 pub enum Layout {
@@ -145,16 +162,7 @@ impl Layout {
                 for (i, row) in rows.iter().enumerate() {
                     match mapped_object(row, key_column, columns, *coerce) {
                         Ok(object) => objects.push(object),
-                        Err(reason) => match &mut refused {
-                            Some(r) if r.reason == reason => r.rows.push(i),
-                            Some(_) => {}
-                            None => {
-                                refused = Some(Refused {
-                                    rows: vec![i],
-                                    reason,
-                                })
-                            }
-                        },
+                        Err(reason) => Refused::note(&mut refused, i, reason),
                     }
                 }
                 if let Some(refused) = refused {

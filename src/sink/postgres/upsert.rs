@@ -203,16 +203,7 @@ impl UpsertLayout {
                             objects.push(Value::Object(object));
                         }
                         Ok(_) => unreachable!("a mapped row is an object"),
-                        Err(reason) => match &mut refused {
-                            Some(r) if r.reason == reason => r.rows.push(i),
-                            Some(_) => {}
-                            None => {
-                                refused = Some(Refused {
-                                    rows: vec![i],
-                                    reason,
-                                })
-                            }
-                        },
+                        Err(reason) => Refused::note(&mut refused, i, reason),
                     }
                 }
                 if let Some(refused) = refused {
