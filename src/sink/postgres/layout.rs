@@ -29,6 +29,19 @@ pub struct Refused {
 }
 
 impl Refused {
+    /// What the sink answers for them: rows to dead-letter, or, with no row to blame
+    /// (the batch could not be encoded), a fatal error.
+    pub fn outcome(self) -> crate::sink::WriteOutcome {
+        if self.rows.is_empty() {
+            crate::sink::WriteOutcome::Fatal(self.reason)
+        } else {
+            crate::sink::WriteOutcome::Rejected {
+                rows: Some(self.rows),
+                reason: self.reason,
+            }
+        }
+    }
+
     /// Row `row` cannot go in for `reason`: it joins the rows refused for the first
     /// reason met (the others wait for a later attempt to be named).
     pub fn note(refused: &mut Option<Refused>, row: usize, reason: String) {

@@ -230,13 +230,7 @@ impl PostgresSink {
         }
         let query = match upsert.upsert(rows) {
             Ok(q) => q,
-            Err(refused) if refused.rows.is_empty() => return WriteOutcome::Fatal(refused.reason),
-            Err(refused) => {
-                return WriteOutcome::Rejected {
-                    rows: Some(refused.rows),
-                    reason: refused.reason,
-                };
-            }
+            Err(refused) => return refused.outcome(),
         };
         let mut conn = match self.connection().await {
             Ok(c) => c,
@@ -648,13 +642,7 @@ impl Sink for PostgresSink {
         }
         let query = match self.layout.insert(rows) {
             Ok(q) => q,
-            Err(refused) if refused.rows.is_empty() => return WriteOutcome::Fatal(refused.reason),
-            Err(refused) => {
-                return WriteOutcome::Rejected {
-                    rows: Some(refused.rows),
-                    reason: refused.reason,
-                };
-            }
+            Err(refused) => return refused.outcome(),
         };
         match query.execute(&mut *conn).await {
             Ok(done) => {
