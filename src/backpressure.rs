@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
 
@@ -89,6 +90,13 @@ impl Backpressure {
             outage,
             stats,
         }
+    }
+
+    /// The same pause jitter on every run, for scenarios that must replay exactly; a
+    /// worker draws its seed at random so that many workers do not pause in step.
+    pub fn seeded(self, seed: u64) -> Self {
+        self.lock().rng = StdRng::seed_from_u64(seed);
+        self
     }
 
     /// How long a write waits before attempt `attempt` (1 = first retry) of an outage.
