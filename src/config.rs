@@ -106,7 +106,8 @@ pub struct TelemetryConfig {
     /// "127.0.0.1:9898"; off when absent.
     pub listen: Option<std::net::SocketAddr>,
     /// The bearer token the operator controls (`sluice ctl`) require; without one, a
-    /// listener off loopback serves /metrics and health but refuses the controls (403). SLUICE_TELEMETRY__TOKEN keeps it out of the file.
+    /// listener off loopback serves /metrics and health but refuses the controls (403).
+    /// SLUICE_TELEMETRY__TOKEN keeps it out of the file.
     pub token: Option<String>,
     /// A file holding `token`.
     pub token_file: Option<PathBuf>,

@@ -550,21 +550,45 @@ fn ctl_pauses_resumes_and_sets_the_rate_of_a_running_worker() {
     assert!(log.contains("http from 127.0.0.1"), "{log}");
 }
 
-/// A listener off loopback without a token serves metrics but not the controls: the worker
-/// runs and says so, naming the key.
+/// A listener off loopback without a token serves metrics but refuses the controls (403):
+/// the worker runs, says so naming the key, and drains everything.
 #[test]
 fn controls_off_loopback_need_a_token() {
     let dir = tempfile::tempdir().unwrap();
-    write_records(&dir.path().join("in.ndjson"), 1, &[]);
+    let n = 300;
+    write_records(&dir.path().join("in.ndjson"), n, &[]);
+    let port = free_port();
     write_config(
         dir.path(),
         "in.ndjson",
         100.0,
-        "[telemetry]\nlisten = \"0.0.0.0:0\"\n",
+        &format!("[telemetry]\nlisten = \"0.0.0.0:{port}\"\n"),
     );
-    let out = run_in(dir.path(), DRAIN);
+    let worker = worker(dir.path(), true);
+    poll(Duration::from_secs(20), "the metrics", || {
+        get(&format!("http://127.0.0.1:{port}/metrics")).contains("sluice_")
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (code, body) = rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}/control/pause"))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    });
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("telemetry.token"), "{body}");
+    let out = finish(worker, Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("telemetry.token"), "{}", stderr(&out));
+    assert_eq!(
+        sqlite_count(&dir.path().join("out.db"), "select count(*) from records"),
+        n as i64
+    );
 }
 
 /// Threads_running on the real MariaDB: `sluice plan` reads it, and it holds the writes
