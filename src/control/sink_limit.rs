@@ -65,18 +65,28 @@ const EXPERIMENT_OVER: f64 = 1.1;
 /// Below this many requests per second no experiment is run: a sink limiting requests
 /// that low is rare, and the few large requests of such an experiment would cost a sink
 /// counting records or bytes more than they could tell (it can name its unit instead).
-const EXPERIMENT_MIN_REQUESTS: f64 = 5.5;
+/// Under the 5 requests/s a 200 ms tick sends, so a gateway taking 4 is found (at 5.5 it
+/// was not, and the worker sank to 8% of what that gateway takes).
+const EXPERIMENT_MIN_REQUESTS: f64 = 3.0;
 /// An experiment sends at least this multiple of the records the sink took: the sink
 /// taking them in fewer requests shows that records were not what it counted.
 const EXPERIMENT_RECORDS: f64 = 1.25;
 /// An experiment's requests per second, as a share of what the sink took: room for a
-/// sink whose reserve is empty to refill.
+/// sink whose reserve is empty to refill…
 const EXPERIMENT_REQUEST_SHARE: f64 = 0.8;
+/// …or up to this share when the largest batch allowed cannot carry enough records in
+/// fewer requests (4 requests/s of at most 100 records, 334 rec/s taken: 3.2 requests/s
+/// carry 320, no evidence either way; 3.8 carry 380).
+const EXPERIMENT_REQUEST_SHARE_MOST: f64 = 0.95;
+/// An experiment that was not throttled shows requests to be the unit if the sink took
+/// this multiple of the records it took before: a sink counting records would have
+/// refused the excess, a batch's worth within the experiment's span.
+const EXPERIMENT_SHOWS: f64 = 1.05;
 /// Throttles of settled writes that end an experiment: volume is the unit.
 const EXPERIMENT_FAILS_AFTER: u32 = 2;
 /// An experiment runs long enough for this many requests, up to the longest.
-const EXPERIMENT_REQUESTS: f64 = 8.0;
-const EXPERIMENT_LONGEST: Duration = Duration::from_secs(3);
+const EXPERIMENT_REQUESTS: f64 = 16.0;
+const EXPERIMENT_LONGEST: Duration = Duration::from_secs(5);
 /// Throttles this soon after a volume limit was learned are its overload's last echoes.
 const VOLUME_SETTLES: Duration = Duration::from_millis(250);
 /// An isolated throttle while holding lowers the limit by this factor.
@@ -186,8 +196,9 @@ enum Phase {
         records_per_second: f64,
         requests_per_second: f64,
         throttled: u32,
-        /// Records per second the sink took when the experiment began.
+        /// Records and requests per second the sink took when the experiment began.
         took: f64,
+        took_requests: f64,
         /// When it began, and what was taken until then.
         started: (Duration, PerUnit<f64>),
     },
@@ -215,6 +226,8 @@ pub struct SinkLimit {
     last_plan: Plan,
     /// Mean bytes per record as the last plan saw it.
     record_bytes: Option<f64>,
+    /// The most records one request may carry, as the last plan saw it.
+    largest_batch: usize,
     taken: Taken,
 }
 
@@ -249,6 +262,7 @@ impl SinkLimit {
                 batch: 1,
             },
             record_bytes: None,
+            largest_batch: usize::MAX,
             taken: Taken::default(),
         }
     }
@@ -322,12 +336,11 @@ impl SinkLimit {
             _ => usize::MAX,
         };
         let largest = shape.max_batch.min(by_bytes).max(1);
+        self.largest_batch = largest;
         let natural = ((rate * tick - 1e-9).ceil().max(1.0) as usize).min(largest);
         let mut batch = natural;
-        // An experiment's requests stay within twice what the sink has taken in one: a
-        // sink whose burst is smaller would never take them.
         let largest = if self.is_experimenting() {
-            largest.min((2 * self.taken.largest()).max(1) as usize)
+            largest.min(self.experiment_batch())
         } else {
             largest
         };
@@ -500,7 +513,11 @@ impl SinkLimit {
         if contradicted && s.now >= self.experiment_after {
             let took = s.delivered.get(Unit::Requests).unwrap_or_default();
             let took_records = s.delivered.get(Unit::Records).unwrap_or_default();
-            let requests_per_second = (took * EXPERIMENT_REQUEST_SHARE).max(f64::MIN_POSITIVE);
+            let most = self.largest_batch.min(self.experiment_batch()) as f64;
+            let carries = EXPERIMENT_RECORDS * took_records / most;
+            let requests_per_second = (took * EXPERIMENT_REQUEST_SHARE)
+                .max(carries.min(took * EXPERIMENT_REQUEST_SHARE_MOST))
+                .max(f64::MIN_POSITIVE);
             let span = self.params.experiment_for.max(
                 Duration::from_secs_f64(EXPERIMENT_REQUESTS / requests_per_second)
                     .min(EXPERIMENT_LONGEST),
@@ -515,6 +532,7 @@ impl SinkLimit {
                 requests_per_second,
                 throttled: 0,
                 took: took_records,
+                took_requests: took,
                 started: (s.resume, self.taken.totals()),
             };
             return;
@@ -575,6 +593,12 @@ impl SinkLimit {
         limit.is_finite().then_some(limit)
     }
 
+    /// An experiment's requests stay within twice what the sink has taken in one: a sink
+    /// whose burst is smaller would never take them.
+    fn experiment_batch(&self) -> usize {
+        (2 * self.taken.largest()).max(1) as usize
+    }
+
     /// Back to holding the volume limit, with no new experiment for a while.
     fn end_experiment(&mut self, now: Duration) {
         self.experiment_after = now + 10 * self.params.experiment_for;
@@ -601,23 +625,28 @@ impl SinkLimit {
                 until,
                 requests_per_second,
                 took,
+                took_requests,
                 started: (at, before),
                 ..
             } if now >= until => {
                 let taken = self.taken.since(before, now.saturating_sub(at));
                 if taken
                     .get(Unit::Records)
-                    .is_none_or(|r| r < EXPERIMENT_OVER * took)
+                    .is_none_or(|r| r < EXPERIMENT_SHOWS * took)
                 {
                     // Not throttled, but the sink took no more records than before: no
                     // evidence against volume.
                     self.end_experiment(now);
                     return;
                 }
-                // More records taken, in fewer requests, without throttles: requests.
+                // More records taken, in fewer requests, without throttles: requests. The
+                // requests the sink took across the push-back that began it were measured
+                // with its reserve empty at both ends: its capacity, as a volume limit is.
                 self.limits = PerUnit::default();
-                self.limits
-                    .set(Unit::Requests, Some(requests_per_second / self.params.hold));
+                self.limits.set(
+                    Unit::Requests,
+                    Some(took_requests.max(requests_per_second / self.params.hold)),
+                );
                 self.binding = Some(Binding::Only(Unit::Requests));
                 self.volume_learned = None;
                 self.phase = Phase::Hold { quiet_since: now };

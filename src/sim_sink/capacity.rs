@@ -59,6 +59,9 @@ pub struct Capacity {
     at: Duration,
 }
 
+/// Shortfalls below this many tokens are rounding, not a shortage.
+const TOKEN_RESIDUE: f64 = 1e-9;
+
 impl Capacity {
     pub fn new(rate: f64, burst: u32) -> Self {
         assert!(
@@ -80,7 +83,9 @@ impl Capacity {
     pub fn try_take(&mut self, n: u64, now: Duration) -> Result<(), Duration> {
         self.refill(now);
         let n = n as f64;
-        if n <= self.tokens {
+        // A float's residue short of a whole token is a token: refusing it would answer
+        // "wait 0 ns", and a client taking that at its word would spin.
+        if n <= self.tokens + TOKEN_RESIDUE {
             self.tokens -= n;
             return Ok(());
         }
@@ -97,7 +102,7 @@ impl Capacity {
     /// documents it has room for); returns how many.
     pub fn take_up_to(&mut self, n: u64, now: Duration) -> u64 {
         self.refill(now);
-        let taken = (self.tokens.floor() as u64).min(n);
+        let taken = ((self.tokens + TOKEN_RESIDUE).floor() as u64).min(n);
         self.tokens -= taken as f64;
         taken
     }

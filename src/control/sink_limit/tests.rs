@@ -280,6 +280,7 @@ fn bytes_limited_sink_at_four_times_over_ask() {
         };
         let out = drive(setup);
         report("bytes", &setup, &out);
+        assert_eq!(out.binding, Some(Unit::Records), "volume");
         assert!(out.rate(secs(30), secs(60)) >= 0.9 * setup.fits());
         assert!(out.throttled_share() <= 0.03);
         assert!(out.sent_per_delivered() <= 1.05);
@@ -291,6 +292,7 @@ fn records_limited_sink_at_four_times_over_ask_is_held_not_sawn() {
     let setup = Setup::new(Unit::Records, 800.0, 3200.0);
     let out = drive(setup);
     report("records 4x", &setup, &out);
+    assert_eq!(out.binding, Some(Unit::Records));
     // The issue asks 1.03: learning costs the first throttled requests, a tick's worth
     // each at four times the capacity (640 records and more).
     assert!(out.sent_per_delivered() <= 1.04);
@@ -305,6 +307,7 @@ fn records_limited_sink_at_four_times_over_ask_with_a_fine_tick() {
     };
     let out = drive(setup);
     report("records 4x, 20 ms", &setup, &out);
+    assert_eq!(out.binding, Some(Unit::Records));
     assert!(out.sent_per_delivered() <= 1.03);
     assert!(out.on_target(secs(3), setup.run_for, 1000.0) >= 0.8);
 }
@@ -465,6 +468,53 @@ fn records_limited_sink_over_asked_as_in_the_bench() {
     };
     let out = drive(setup);
     report("bench e'", &setup, &out);
+    assert_eq!(out.binding, Some(Unit::Records));
     assert!(out.sent_per_delivered() <= 1.03);
     assert!(out.rate(secs(6), secs(13)) >= 0.95 * 800.0);
+}
+
+/// The scenario bench's requests-limited sink: 4 requests/s (burst 4), told 400 rec/s at
+/// a 200 ms tick with `sink.max_batch = 100` — one request per tick is already 5/s — and
+/// asked four times that.
+#[test]
+fn requests_limited_sink_below_one_request_per_tick() {
+    for ceiling in [400.0, 1600.0] {
+        let setup = Setup {
+            burst: 4,
+            max_batch: 100,
+            run_for: secs(30),
+            ..Setup::new(Unit::Requests, 4.0, ceiling)
+        };
+        let out = drive(setup);
+        report("requests 4/s", &setup, &out);
+        assert!(
+            out.rate(secs(15), secs(30)) >= 0.9 * 400.0,
+            "asked {ceiling}"
+        );
+        assert!(out.throttled_share() <= 0.05, "asked {ceiling}");
+        assert!(out.sent_per_delivered() <= 1.03, "asked {ceiling}");
+        assert_eq!(out.binding, Some(Unit::Requests), "asked {ceiling}");
+    }
+}
+
+/// The other side of the requests experiment at a few requests per second: a sink that
+/// counts records, slow enough that a 200 ms tick sends 5 small requests per second, is
+/// not taken for one that counts requests.
+#[test]
+fn a_slow_records_sink_is_not_taken_for_a_request_limit() {
+    for ceiling in [40.0, 80.0] {
+        let setup = Setup {
+            max_batch: 100,
+            run_for: secs(30),
+            ..Setup::new(Unit::Records, 20.0, ceiling)
+        };
+        let out = drive(setup);
+        report("records 20/s", &setup, &out);
+        assert_eq!(out.binding, Some(Unit::Records), "asked {ceiling}");
+        assert!(
+            out.rate(secs(15), secs(30)) >= 0.9 * 20.0,
+            "asked {ceiling}"
+        );
+        assert!(out.sent_per_delivered() <= 1.05, "asked {ceiling}");
+    }
 }
