@@ -110,9 +110,7 @@ impl Backpressure {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::lock::lock(&self.state)
     }
 
     /// Waits until the worker is not paused; returns the moment the write is sent.

@@ -198,7 +198,7 @@ struct KafkaCheckContext {
 
 impl rdkafka::client::ClientContext for KafkaCheckContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        let mut last = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = crate::lock::lock(&self.last_error);
         *last = Some(format!("{error}: {reason}"));
     }
 }

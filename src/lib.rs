@@ -13,6 +13,7 @@ pub mod decode;
 pub mod delivery;
 pub mod health;
 pub mod lease;
+pub mod lock;
 pub mod logging;
 pub mod pipeline;
 pub mod plan;

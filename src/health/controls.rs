@@ -25,7 +25,7 @@ impl Controls {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ControlState> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock::lock(&self.0)
     }
 
     pub fn pause(&self, origin: &str) {

@@ -7,7 +7,7 @@ pub mod probe;
 pub mod query;
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -63,9 +63,7 @@ pub struct Health {
     last: Mutex<Option<String>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::lock::lock;
 
 impl Health {
     pub fn new(probes: &[ProbeConfig], stats: Arc<Stats>) -> Self {

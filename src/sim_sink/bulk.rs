@@ -15,7 +15,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::overload::Answer;
-use super::server::{Shared, lock};
+use super::server::Shared;
+use crate::lock::lock;
 
 /// One action of the request: its name, index, id and source.
 struct Action {

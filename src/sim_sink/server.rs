@@ -24,6 +24,7 @@ use super::ledger::{Ledger, SimStats};
 use super::outage::{Outage, OutageMode};
 use super::overload::{Answer, Overload};
 use super::{RetryAfterStyle, SimSinkConfig};
+use crate::lock::lock;
 
 pub struct Shared {
     started: Instant,
@@ -122,10 +123,6 @@ impl Shared {
     pub fn capacity(&self) -> &Mutex<Capacity> {
         &self.capacity
     }
-}
-
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 pub fn router(shared: Arc<Shared>, bulk: bool) -> Router {

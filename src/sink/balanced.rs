@@ -94,7 +94,7 @@ impl BalancedSink {
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock::lock(&self.inner)
     }
 
     /// The keys of the endpoints in use (not removed).

@@ -320,7 +320,7 @@ fn dead_letter_target(url: &reqwest::Url) -> String {
 impl Sink for HttpSink {
     async fn write(&self, rows: &[Row]) -> WriteOutcome {
         let outcome = self.send(rows).await;
-        *self.outage.lock().unwrap_or_else(|p| p.into_inner()) = match &outcome {
+        *crate::lock::lock(&self.outage) = match &outcome {
             WriteOutcome::Unavailable(reason) => Some(reason.clone()),
             WriteOutcome::Throttled { reason, .. } if reason.starts_with("HTTP 503") => {
                 Some(reason.clone())
@@ -334,12 +334,7 @@ impl Sink for HttpSink {
     /// service, and the endpoint answers a HEAD request in time with anything but a 5xx,
     /// a 429 or a redirect (an ingest endpoint may well refuse HEAD itself: it answered).
     async fn probe(&self) -> Result<(), String> {
-        if let Some(reason) = self
-            .outage
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
+        if let Some(reason) = crate::lock::lock(&self.outage).clone() {
             return Err(format!("the last write failed: {reason}"));
         }
         let answer = self

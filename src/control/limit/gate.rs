@@ -115,7 +115,7 @@ impl LimitGate {
     pub fn finished(&self, rtt: Duration, inflight: usize, dropped: bool) {
         self.writes_in_flight.fetch_sub(1, SeqCst);
         if !dropped {
-            let mut answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+            let mut answered = crate::lock::lock(&self.answered);
             if answered.len() == ANSWERED {
                 answered.pop_front();
             }
@@ -130,7 +130,7 @@ impl LimitGate {
     }
 
     fn answered(&self) -> Vec<(Duration, Duration)> {
-        let answered = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+        let answered = crate::lock::lock(&self.answered);
         let now = Instant::now();
         answered.iter().map(|(rtt, at)| (*rtt, now - *at)).collect()
     }
@@ -166,7 +166,7 @@ impl LimitGate {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Box<dyn ConcurrencyLimit>> {
-        self.limit.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock::lock(&self.limit)
     }
 }
 

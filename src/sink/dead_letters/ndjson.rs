@@ -128,7 +128,7 @@ impl NdjsonDeadLetters {
             .collect();
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            let mut inner = inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut inner = crate::lock::lock(&inner);
             inner.append(lines)
         })
         .await

@@ -35,7 +35,7 @@ impl GroupContext {
 
 /// The state stays consistent under a panic elsewhere (every update is one step).
 pub fn lock(assignment: &Mutex<Assignment>) -> MutexGuard<'_, Assignment> {
-    assignment.lock().unwrap_or_else(|e| e.into_inner())
+    crate::lock::lock(assignment)
 }
 
 /// A commit request for `offsets` of `topic`.
