@@ -233,16 +233,28 @@ fn poll(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn get(url: &str) -> String {
-    let rt = tokio::runtime::Builder::new_current_thread()
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(async {
+        .unwrap()
+        .block_on(f)
+}
+
+fn get(url: &str) -> String {
+    block_on(async {
         match reqwest::get(url).await {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         }
+    })
+}
+
+/// POSTs to `url` without a token: the status and the body.
+fn post(url: &str) -> (u16, String) {
+    block_on(async {
+        let r = reqwest::Client::new().post(url).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
     })
 }
 
@@ -486,19 +498,7 @@ fn ctl_pauses_resumes_and_sets_the_rate_of_a_running_worker() {
     let wrong = ctl(dir.path(), &["pause"], Some("wrong"));
     assert_eq!(wrong.status.code(), Some(1));
     assert!(stderr(&wrong).contains("401"), "{}", stderr(&wrong));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let missing = rt.block_on(async {
-        reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{port}/control/pause"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    });
+    let (missing, _) = post(&format!("http://127.0.0.1:{port}/control/pause"));
     assert_eq!(missing, 401);
     assert_eq!(status(dir.path())["controls"]["paused"], false);
 
@@ -568,18 +568,7 @@ fn controls_off_loopback_need_a_token() {
     poll(Duration::from_secs(20), "the metrics", || {
         get(&format!("http://127.0.0.1:{port}/metrics")).contains("sluice_")
     });
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (code, body) = rt.block_on(async {
-        let r = reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{port}/control/pause"))
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.text().await.unwrap_or_default())
-    });
+    let (code, body) = post(&format!("http://127.0.0.1:{port}/control/pause"));
     assert_eq!(code, 403, "{body}");
     assert!(body.contains("telemetry.token"), "{body}");
     let out = finish(worker, Duration::from_secs(30));

@@ -197,7 +197,7 @@ enum Phase {
         requests_per_second: f64,
         throttled: u32,
         /// Records and requests per second the sink took when the experiment began.
-        took: f64,
+        took_records: f64,
         took_requests: f64,
         /// When it began, and what was taken until then.
         started: (Duration, PerUnit<f64>),
@@ -511,12 +511,12 @@ impl SinkLimit {
                 .get(Unit::Requests)
                 .is_some_and(|took| last.requests_per_second() > EXPERIMENT_OVER * took);
         if contradicted && s.now >= self.experiment_after {
-            let took = s.delivered.get(Unit::Requests).unwrap_or_default();
+            let took_requests = s.delivered.get(Unit::Requests).unwrap_or_default();
             let took_records = s.delivered.get(Unit::Records).unwrap_or_default();
             let most = self.largest_batch.min(self.experiment_batch()) as f64;
             let carries = EXPERIMENT_RECORDS * took_records / most;
-            let requests_per_second = (took * EXPERIMENT_REQUEST_SHARE)
-                .max(carries.min(took * EXPERIMENT_REQUEST_SHARE_MOST))
+            let requests_per_second = (took_requests * EXPERIMENT_REQUEST_SHARE)
+                .max(carries.min(took_requests * EXPERIMENT_REQUEST_SHARE_MOST))
                 .max(f64::MIN_POSITIVE);
             let span = self.params.experiment_for.max(
                 Duration::from_secs_f64(EXPERIMENT_REQUESTS / requests_per_second)
@@ -531,8 +531,8 @@ impl SinkLimit {
                     .max(EXPERIMENT_RECORDS * took_records),
                 requests_per_second,
                 throttled: 0,
-                took: took_records,
-                took_requests: took,
+                took_records,
+                took_requests,
                 started: (s.resume, self.taken.totals()),
             };
             return;
@@ -624,7 +624,7 @@ impl SinkLimit {
             Phase::Experiment {
                 until,
                 requests_per_second,
-                took,
+                took_records,
                 took_requests,
                 started: (at, before),
                 ..
@@ -632,7 +632,7 @@ impl SinkLimit {
                 let taken = self.taken.since(before, now.saturating_sub(at));
                 if taken
                     .get(Unit::Records)
-                    .is_none_or(|r| r < EXPERIMENT_SHOWS * took)
+                    .is_none_or(|r| r < EXPERIMENT_SHOWS * took_records)
                 {
                     // Not throttled, but the sink took no more records than before: no
                     // evidence against volume.

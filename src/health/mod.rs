@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::config::health::ProbeConfig;
 use crate::control::health::{ProbeGate, ProbeLimits, ProbeState, Reading, Why};
+use crate::lock::lock;
 use crate::stats::Stats;
 use controls::Controls;
 
@@ -62,8 +63,6 @@ pub struct Health {
     /// The reason last logged, so that a change is logged once.
     last: Mutex<Option<String>>,
 }
-
-use crate::lock::lock;
 
 impl Health {
     pub fn new(probes: &[ProbeConfig], stats: Arc<Stats>) -> Self {

@@ -162,6 +162,23 @@ mod tests {
         assert_eq!(c.try_take(10, ms(200)), Err(ms(100)));
     }
 
+    /// Refilled in steps whose sum misses a whole token by a float's residue, the bucket
+    /// still holds that token: refused, it would answer "retry in 0 ns".
+    #[test]
+    fn a_residue_short_of_a_token_is_a_token() {
+        let mut c = Capacity::new(4.0, 4);
+        let mut at = Duration::ZERO;
+        let mut refused = Vec::new();
+        for _ in 0..16 {
+            at += ms(200);
+            if let Err(wait) = c.try_take(1, at) {
+                refused.push(wait);
+            }
+        }
+        assert!(refused.iter().all(|w| !w.is_zero()), "{refused:?}");
+        assert_eq!(c.take_up_to(1, at + ms(250)), 1);
+    }
+
     #[test]
     fn never_beyond_the_burst() {
         let mut c = Capacity::new(800.0, 160);
