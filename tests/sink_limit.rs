@@ -260,8 +260,8 @@ fn bytes_limited_sink_over_asked_four_times() {
 #[test]
 fn records_limited_sink_over_asked_four_times_is_held_on_target() {
     let sim = Sim::start(Unit::Records, CAPACITY, |_| {});
-    // Learning costs the requests throttled while the worker finds the limit: about 250-450
-    // records once (requests of at most 80), 3-5% of this drain.
+    // Learning costs the requests throttled while the worker finds the limit: two or three
+    // of 80 records or fewer, once (2-3% of this drain).
     let records = 8_000;
     let worker = Worker {
         records_per_second: 4.0 * CAPACITY,
@@ -276,12 +276,12 @@ fn records_limited_sink_over_asked_four_times_is_held_on_target() {
         held * 100.0
     );
     assert_all_landed_once(&run, &stats, records);
-    // The 1.03 and 80%: 1.027-1.034 and 61-100% of windows (7 runs of 10 at 80% or
-    // more) measured with the machine loaded by four builds; 1.004 and 98% on the fake
-    // clock. Before samples were read at their mark, a sample missing a write still
-    // unanswered read 680 of 1,000 rec/s and held the worker there (0% of windows in 2 runs
-    // of 9, 328 rec/s once).
-    assert!(stats.sent_per_delivered() <= 1.06);
+    // The 1.03 and 80%: 1.016-1.022 and 95-100% of windows (5 runs); 1.030-1.034
+    // before the worker waited after the first push-back for one that closes a sample.
+    // Before samples were read at their mark, a sample missing a write still unanswered
+    // read 680 of 1,000 rec/s and held the worker there (0% of windows in 2 runs of 9, 328
+    // rec/s once): windows are judged loosely, as the machine's load shows in them.
+    assert!(stats.sent_per_delivered() <= 1.03);
     assert!(held >= 0.5, "{:.0}% of windows on target", held * 100.0);
     let steady = rate(&stats.steady(Unit::Records));
     assert!(steady >= 0.5 * CAPACITY, "{steady:.0} rec/s steady");

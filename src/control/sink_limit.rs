@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use super::taken::{Pushback, Taken};
+use super::taken::{MARKED_SAMPLE_MIN, Pushback, Taken};
 
 /// What a sink counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,6 +219,12 @@ pub struct SinkLimit {
     /// A limit learned from a throttle without Retry-After waits for a success: if an
     /// outage follows instead, it was the outage talking.
     pending: Option<Pending>,
+    /// After the first push-back (with Retry-After) no new records are sent before this:
+    /// a push-back sooner would be too close to it to close a capacity sample, and would
+    /// cost its records for nothing (a tick's worth at the first guess, `beta` of a rate
+    /// that held the sink's burst). The sink's reserve refills meanwhile and is drained
+    /// after, so no capacity is lost.
+    quiet_until: Option<Duration>,
     /// The sink failed to answer since the last success.
     in_outage: bool,
     /// When the worker resumed after an outage.
@@ -255,6 +261,7 @@ impl SinkLimit {
             volume_learned: None,
             experiment_after: Duration::ZERO,
             pending: None,
+            quiet_until: None,
             in_outage: false,
             resumed_at: None,
             last_plan: Plan {
@@ -354,6 +361,19 @@ impl SinkLimit {
             records_per_second: rate,
             batch,
         };
+        // Only where ticks are fine enough to skip a few: at a coarser tick the quiet
+        // skips most of a tick's sending, and the next push-back closes a sample anyway
+        // (measured at 200 ms, 4x over: 1.031-1.095 sent per delivered, 1.027-1.077 without).
+        // The batch stays, so the few records sent meanwhile do not go as many small
+        // requests; and the plan remembered stays what was sent before, which later
+        // push-backs (of writes in flight now) answer.
+        if self.quiet_until.is_some_and(|until| now < until) && shape.tick * 2 <= MARKED_SAMPLE_MIN
+        {
+            return Plan {
+                records_per_second: (p.min_multiplier * ceiling).min(rate),
+                batch,
+            };
+        }
         self.last_plan
     }
 
@@ -396,6 +416,12 @@ impl SinkLimit {
         let probing = matches!(self.phase, Phase::Probe { .. });
         if probing {
             self.phase = Phase::Hold { quiet_since: now };
+        }
+        if let Some(wait) = retry_after
+            && kind == Pushback::Isolated
+            && self.limits == PerUnit::default()
+        {
+            self.quiet_until = Some(now + wait + MARKED_SAMPLE_MIN);
         }
         let signal = Pending {
             now,
@@ -455,6 +481,7 @@ impl SinkLimit {
     /// without Retry-After, refused connections, timeouts): nothing about capacity.
     pub fn on_outage(&mut self) {
         self.pending = None;
+        self.quiet_until = None;
         self.in_outage = true;
         self.resumed_at = None;
         if let Phase::Experiment { .. } | Phase::Probe { .. } = self.phase {

@@ -19,7 +19,7 @@ const SAMPLE_MAX: Duration = Duration::from_secs(2);
 /// in its reserve the sink was at each end)...
 const SAMPLE_MIN: Duration = Duration::from_millis(250);
 /// ... or this long, where both ends were marked by Retry-After (the reserve empty at each).
-const MARKED_SAMPLE_MIN: Duration = Duration::from_millis(100);
+pub const MARKED_SAMPLE_MIN: Duration = Duration::from_millis(100);
 
 /// How a push-back's rates were measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

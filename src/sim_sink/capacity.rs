@@ -95,7 +95,9 @@ impl Capacity {
         } else {
             self.burst / self.rate
         };
-        Err(Duration::from_secs_f64(wait))
+        // Rounded up to the nanosecond: rounded down, a shortfall of a float's residue
+        // would be "wait 0 ns" again (82,640 bytes/s: residues above `TOKEN_RESIDUE`).
+        Err(Duration::from_nanos((wait * 1e9).ceil() as u64))
     }
 
     /// Takes as many of `n` tokens as the bucket holds now (a write queue taking the
@@ -177,6 +179,25 @@ mod tests {
         }
         assert!(refused.iter().all(|w| !w.is_zero()), "{refused:?}");
         assert_eq!(c.take_up_to(1, at + ms(250)), 1);
+    }
+
+    /// At a byte-sized rate a float's residue exceeds `TOKEN_RESIDUE`: the wait is rounded
+    /// up, so the write fits once it has passed (rounded down it was 0 ns, and the
+    /// fake-clock model of a bytes-limited sink at 82,640 bytes/s spun on it).
+    #[test]
+    fn a_refused_write_fits_once_its_wait_has_passed() {
+        for k in 0..40 {
+            let mut c = Capacity::new(80_000.0 * (1.0 + 0.011 * f64::from(k)), 80_000);
+            let mut at = Duration::ZERO;
+            for _ in 0..400 {
+                at += ms(20);
+                if let Err(wait) = c.try_take(6_700, at) {
+                    assert!(!wait.is_zero(), "rate {}", c.rate);
+                    at += wait;
+                    assert_eq!(c.try_take(6_700, at), Ok(()), "rate {}", c.rate);
+                }
+            }
+        }
     }
 
     #[test]

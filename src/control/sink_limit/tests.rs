@@ -312,6 +312,23 @@ fn records_limited_sink_at_four_times_over_ask_with_a_fine_tick() {
     assert!(out.on_target(secs(3), setup.run_for, 1000.0) >= 0.8);
 }
 
+/// The integration test's drain: what learning costs in records sent again, once.
+#[test]
+fn learning_a_records_limit_costs_two_refused_requests() {
+    let setup = Setup {
+        tick: ms(20),
+        run_for: secs(8),
+        ..Setup::new(Unit::Records, 1000.0, 4000.0)
+    };
+    let out = drive(setup);
+    report("records 4x, 20 ms, 8 s", &setup, &out);
+    // The first request over (80 records) and one more to close a capacity sample; without
+    // the quiet span after the first, two more (80 + 52 + 50: 182 records, 1.021).
+    assert_eq!(out.throttled, 2, "{out:?}");
+    assert!(out.sent_records - out.delivered <= 140, "{out:?}");
+    assert!(out.on_target(secs(3), setup.run_for, 1000.0) >= 0.8);
+}
+
 #[test]
 fn a_worker_told_the_capacity_stays_on_target() {
     let setup = Setup::new(Unit::Records, 800.0, 800.0);
@@ -379,6 +396,31 @@ fn learned_from_a_first_429() -> SinkLimit {
     limit.on_throttle(ms(2000), true, refused(Some(ms(10))));
     assert_eq!(limit.limit(Unit::Records), Some(350.0));
     limit
+}
+
+/// After a first 429 at a fine tick the worker sends almost nothing until a push-back can
+/// close a sample, in requests of the size it was sending; a write sent meanwhile and
+/// refused is judged against what was sent before, not the near-nothing (once the floor
+/// became the limit: 3 rec/s against a sink taking 1,000).
+#[test]
+fn the_wait_after_a_first_429_sends_little_and_teaches_nothing() {
+    let fine = BatchShape {
+        tick: ms(20),
+        ..shape()
+    };
+    let mut limit = learned_from_a_first_429();
+    let quiet = limit.plan(ms(2020), 2000.0, fine);
+    assert_eq!(quiet.records_per_second, 100.0, "the floor: 5% of 2,000");
+    assert_eq!(quiet.batch, 7, "339.5 rec/s a tick");
+    let during = Refused {
+        sent_at: ms(2025),
+        ..refused(Some(ms(10)))
+    };
+    limit.on_throttle(ms(2030), true, during);
+    // Never above what was being sent: 339.5, held at 97%.
+    assert_eq!(limit.limit(Unit::Records), Some(339.5));
+    let after = limit.plan(ms(2150), 2000.0, fine).records_per_second;
+    assert!((after - 329.315).abs() < 1e-9, "{after}");
 }
 
 #[test]
