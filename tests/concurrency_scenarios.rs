@@ -547,6 +547,7 @@ async fn vegas_meets_vectors_floor_at_a_rate_limit_whatever_its_probe_seed() {
 
 #[tokio::test(start_paused = true)]
 async fn vector_scenarios_gradient2() {
-    // Gradient2 queues past the shallow knee (p95 380 ms): 75.3/s, under Vector's 87.
-    vector_scenarios(ConcurrencyAlgorithm::Gradient2, &[("shallow knee", 0.7)]).await;
+    // Growth only within 1.05 × the long average and a start by one per round: 93/s on
+    // the shallow knee at 12 in flight, p95 133 ms (75.3/s, p95 380 ms before).
+    vector_scenarios(ConcurrencyAlgorithm::Gradient2, &[("shallow knee", 0.9)]).await;
 }
