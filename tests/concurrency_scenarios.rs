@@ -502,18 +502,23 @@ async fn vector_scenarios_aimd() {
 
 #[tokio::test(start_paused = true)]
 async fn vector_scenarios_vegas() {
-    // Rounds judged as one, a drop cut unsmoothed and the pushed-back level probed ever
-    // more rarely: at a hard limit 40–42/s (27 before), at a rate limit 53/s (26.1 before).
+    // Rounds judged as one, a drop cut unsmoothed by what was pushed back and the level
+    // pushed back probed ever more rarely: at a hard limit 41.0–41.7/s (27 before), at a
+    // rate limit 57.0/s (26.1 before, under Vector's 31).
     vector_scenarios(
         ConcurrencyAlgorithm::Vegas,
-        &[("shallow knee", 0.87), ("defers at high concurrency", 0.78)],
+        &[
+            ("shallow knee", 0.88),
+            ("defers at high concurrency", 0.8),
+            ("defers at high rate", 0.55),
+        ],
     )
     .await;
 }
 
-/// Vegas against a rate limit with other seeds of its probe jitter: Vector's floor of 31
-/// requests/s on every one (39.5–53.2 measured; 12.6–51.6 before, when it climbed to 60
-/// in flight and the deferrals came in a burst).
+/// Vegas against a rate limit with other seeds of its probe jitter: 57.0–57.4 requests/s
+/// on each (12.6–51.6 over seeds 1–5 and 11 before, when it climbed to 60 in flight and
+/// the deferrals came in a burst; Vector's floor is 31).
 #[tokio::test(start_paused = true)]
 async fn vegas_meets_vectors_floor_at_a_rate_limit_whatever_its_probe_seed() {
     let s = scenarios()
@@ -521,7 +526,6 @@ async fn vegas_meets_vectors_floor_at_a_rate_limit_whatever_its_probe_seed() {
         .find(|s| s.name == "defers at high rate")
         .unwrap();
     let config = limit(ConcurrencyAlgorithm::Vegas, s.aimd_target_ms);
-    let (lo, _) = s.rate.unwrap();
     for seed in 1..=5 {
         let limit = VegasLimit::new(
             config.initial(),
@@ -541,7 +545,7 @@ async fn vegas_meets_vectors_floor_at_a_rate_limit_whatever_its_probe_seed() {
         .await;
         let m = measure(&log, u32::MAX);
         eprintln!("vegas, seed {seed}: {:.1}/s", m.rate);
-        assert!(m.rate >= lo, "seed {seed}: {:.1}/s", m.rate);
+        assert!(m.rate >= 0.55 * s.possible, "seed {seed}: {:.1}/s", m.rate);
     }
 }
 

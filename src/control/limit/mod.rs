@@ -36,6 +36,7 @@ pub struct Window {
     min: Option<Duration>,
     max_inflight: usize,
     dropped: bool,
+    drops: usize,
 }
 
 /// What a closed window tells.
@@ -48,6 +49,8 @@ pub struct Judged {
     /// Most writes in flight any of them started with.
     pub inflight: usize,
     pub dropped: bool,
+    /// How many of its samples were drops.
+    pub drops: usize,
     /// Samples it held.
     pub count: usize,
 }
@@ -70,6 +73,7 @@ impl Window {
         self.min = Some(self.min.map_or(s.rtt, |m| m.min(s.rtt)));
         self.max_inflight = self.max_inflight.max(s.inflight);
         self.dropped |= s.dropped;
+        self.drops += usize::from(s.dropped);
         if self.count < round {
             return None;
         }
@@ -78,6 +82,7 @@ impl Window {
             min_rtt: self.min.unwrap_or_default(),
             inflight: self.max_inflight,
             dropped: self.dropped,
+            drops: self.drops,
             count: self.count,
         };
         *self = Window::default();
