@@ -100,7 +100,15 @@ impl ConcurrencyLimit for Gradient2Limit {
             return;
         };
         let short = s.rtt.max(Duration::from_nanos(1)).as_secs_f64();
-        let long = self.long_rtt.add(short);
+        // The first window has nothing to be compared with but itself: its fastest write
+        // is the best guess of the sink's latency (a limit started high past the knee
+        // then sees its first round as slow, as each write judged alone did).
+        let long = if self.long_rtt.count == 0 {
+            let fastest = s.min_rtt.max(Duration::from_nanos(1)).as_secs_f64();
+            self.long_rtt.add(fastest)
+        } else {
+            self.long_rtt.add(short)
+        };
         // After a long overload the average lags far behind: let it catch up.
         if long / short > 2.0 {
             self.long_rtt.value *= 0.95;
@@ -207,6 +215,17 @@ mod tests {
             "{} !< {before} × 3/4",
             l.limit()
         );
+    }
+
+    /// Started at 32 past a knee of 2: the first round is judged against its fastest
+    /// writes, not against itself (which read as no queue and grew).
+    #[test]
+    fn a_first_round_far_past_the_knee_is_cut() {
+        let mut l = Gradient2Limit::new(32, 1, 64, 0.2, 1.5, 1.0);
+        for i in 0..32 {
+            l.on_sample(sample(if i < 2 { 100 } else { 2_000 }, 32));
+        }
+        assert!(l.limit() <= 17, "{}", l.limit());
     }
 
     #[test]
