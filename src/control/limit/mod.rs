@@ -21,6 +21,79 @@ pub struct Sample {
     pub dropped: bool,
 }
 
+/// A window of samples judged as one, as Netflix's `WindowedLimit` feeds Vegas and
+/// Gradient2 the mean latency, the most writes in flight and any drop of a window: one
+/// write's latency is noise, the mean of a round of writes is the sink's. A window is one
+/// round of writes at the limit (TCP Vegas judges once per round trip, too), so a drop
+/// cuts once per round, not once per write that round sent. (A mean needs no minimum
+/// count; a p95 does, which is why AIMD's window holds at least 40. Longer windows start
+/// slower: at least 10 samples, Vegas made 83.8 requests/s on Vector's shallow knee
+/// against 88.8; at least 4, Gradient2 89.8 against 93.2.)
+#[derive(Debug, Clone, Default)]
+pub struct Window {
+    count: usize,
+    sum: f64,
+    min: Option<Duration>,
+    max_inflight: usize,
+    dropped: bool,
+    drops: usize,
+}
+
+/// What a closed window tells.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judged {
+    /// Mean latency of its samples.
+    pub rtt: Duration,
+    /// The fastest of them (the candidate no-load latency).
+    pub min_rtt: Duration,
+    /// Most writes in flight any of them started with.
+    pub inflight: usize,
+    pub dropped: bool,
+    /// How many of its samples were drops.
+    pub drops: usize,
+    /// Samples it held.
+    pub count: usize,
+}
+
+impl Judged {
+    /// The share of a new estimate to take for this window, given the share `smoothing`
+    /// one sample would take: as much as its samples taken one by one would have, so a
+    /// window moves the limit as fast as per-sample updates did, on their mean.
+    pub fn weight(&self, smoothing: f64) -> f64 {
+        1.0 - (1.0 - smoothing).powi(self.count as i32)
+    }
+}
+
+impl Window {
+    /// Adds `s`; returns the window's verdict once it has `round` samples (at least one),
+    /// and starts the next.
+    pub fn add(&mut self, s: Sample, round: usize) -> Option<Judged> {
+        self.count += 1;
+        self.sum += s.rtt.as_secs_f64();
+        self.min = Some(self.min.map_or(s.rtt, |m| m.min(s.rtt)));
+        self.max_inflight = self.max_inflight.max(s.inflight);
+        self.dropped |= s.dropped;
+        self.drops += usize::from(s.dropped);
+        if self.count < round {
+            return None;
+        }
+        let judged = Judged {
+            rtt: Duration::from_secs_f64(self.sum / self.count as f64),
+            min_rtt: self.min.unwrap_or_default(),
+            inflight: self.max_inflight,
+            dropped: self.dropped,
+            drops: self.drops,
+            count: self.count,
+        };
+        *self = Window::default();
+        Some(judged)
+    }
+
+    pub fn clear(&mut self) {
+        *self = Window::default();
+    }
+}
+
 pub trait ConcurrencyLimit: Send {
     /// Writes allowed in flight now.
     fn limit(&self) -> usize;
