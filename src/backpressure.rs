@@ -377,7 +377,9 @@ mod tests {
             bytes: 10_000,
         });
         // Ten requests in a second, 70% of that learned (a first push-back): 6.79
-        // requests/s held, 1,000 rec/s in batches of 148 rather than one of 20 every 20 ms.
+        // requests/s held, 1,000 rec/s in batches of 148 rather than one of 20 every 20 ms,
+        // once the wait for a push-back that can close a sample (100 ms) is over.
+        tokio::time::advance(Duration::from_millis(100)).await;
         let fine = Duration::from_millis(20);
         let plan = p.plan(fine, 1000, None);
         assert_eq!(plan.records_per_second, 1000.0);
