@@ -367,7 +367,7 @@ impl SinkLimit {
         // The batch stays, so the few records sent meanwhile do not go as many small
         // requests; and the plan remembered stays what was sent before, which later
         // push-backs (of writes in flight now) answer.
-        if self.quiet_until.is_some_and(|until| now < until) && shape.tick * 2 <= MARKED_SAMPLE_MIN
+        if self.quiet_until.is_some_and(|until| now < until) && shape.tick <= MARKED_SAMPLE_MIN / 2
         {
             return Plan {
                 records_per_second: (p.min_multiplier * ceiling).min(rate),
