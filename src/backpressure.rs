@@ -26,6 +26,9 @@ use crate::stats::Stats;
 
 /// The mean record size follows new batches with this weight.
 const RECORD_BYTES_WEIGHT: f64 = 0.2;
+/// The longest one resend's turn lasts, whatever the plan: a worker held at a crawl
+/// (nothing held, the floor) still resends a batch within this.
+const RESEND_SPAN_MOST: Duration = Duration::from_secs(5);
 
 pub struct Backpressure {
     epoch: Instant,
@@ -47,6 +50,10 @@ struct State {
     ceiling: f64,
     /// Mean bytes per record written lately.
     record_bytes: Option<f64>,
+    /// The record rate of the last plan: what resends of refused items are spaced at.
+    planned: f64,
+    /// When the next resend of refused items may go.
+    resend_at: Duration,
 }
 
 impl Backpressure {
@@ -85,6 +92,8 @@ impl Backpressure {
                 rng: rand::make_rng(),
                 ceiling: rate.records_per_second,
                 record_bytes: None,
+                planned: rate.records_per_second,
+                resend_at: Duration::ZERO,
             }),
             owed: AtomicU64::new(0),
             outage,
@@ -151,6 +160,36 @@ impl Backpressure {
             }
         }
         self.owed.fetch_add(records as u64, Relaxed);
+    }
+
+    /// Waits for the turn of `records` the sink refused item by item, which are then owed to
+    /// the cadence. Turns follow one another (none before the worker's pause ends), each
+    /// as long as its records take at the rate planned when it begins, so resends reach
+    /// the sink no faster than the plan however many writes came back part-refused at
+    /// once, and a limit learned while they wait spaces them at once; the ticks that
+    /// follow pull that many fewer fresh records.
+    pub async fn resend_turn(&self, records: usize) {
+        self.owed.fetch_add(records as u64, Relaxed);
+        loop {
+            let now = self.now();
+            let at = {
+                let mut state = self.lock();
+                let at = state.resend_at.max(state.throttle.paused_until());
+                if at <= now {
+                    // The plan is up to a tick old: a limit learned since bounds it.
+                    let rate = state
+                        .limit
+                        .limit(Unit::Records)
+                        .map_or(state.planned, |limit| limit.min(state.planned))
+                        .max(f64::MIN_POSITIVE);
+                    let span = (records as f64 / rate).min(RESEND_SPAN_MOST.as_secs_f64());
+                    state.resend_at = now + Duration::from_secs_f64(span);
+                    return;
+                }
+                at
+            };
+            tokio::time::sleep_until(self.epoch + at).await;
+        }
     }
 
     /// Deducts what is owed from a tick's allowance; returns the part deducted.
@@ -282,6 +321,7 @@ impl Backpressure {
         };
         let ceiling = state.ceiling;
         let plan = state.limit.plan(now, ceiling, shape);
+        state.planned = plan.records_per_second;
         // A worker holding no capacity (ceiling 0) is not throttled: its share stays whole.
         let share = if ceiling > 0.0 {
             plan.records_per_second / ceiling
@@ -336,6 +376,7 @@ mod tests {
             sent_at: p.now(),
             retry_after: Some(Duration::from_secs(2)),
             hint: None,
+            emptied: false,
             records: 100,
             bytes: 10_000,
         });
@@ -373,6 +414,7 @@ mod tests {
             sent_at: p.now(),
             retry_after: Some(Duration::ZERO),
             hint: Some(Unit::Requests),
+            emptied: false,
             records: 100,
             bytes: 10_000,
         });
@@ -392,6 +434,36 @@ mod tests {
         let plan = p.plan(fine, 1000, Some(5_000));
         assert_eq!(plan.batch, 50);
         assert!((plan.records_per_second - 339.5).abs() < 1e-6, "{plan:?}");
+    }
+
+    /// Three writes came back with 200 records each refused for room at once: they go
+    /// again one after another at the planned 1,000 rec/s, not on the retry budget, and
+    /// the cadence is owed them.
+    #[tokio::test(start_paused = true)]
+    async fn items_refused_for_room_go_again_in_turn_at_the_planned_rate() {
+        let p = Arc::new(pressure());
+        p.plan(TICK, 1000, None);
+        let started = Instant::now();
+        let turns = (0..3).map(|_| {
+            let p = p.clone();
+            tokio::spawn(async move {
+                p.resend_turn(200).await;
+                started.elapsed()
+            })
+        });
+        let mut waited = Vec::new();
+        for turn in turns {
+            waited.push(turn.await.unwrap());
+        }
+        waited.sort();
+        let ms = Duration::from_millis;
+        assert_eq!(waited, [ms(0), ms(200), ms(400)]);
+        assert_eq!(p.settle_owed(1000), 600);
+        // More than the budget's floor (10 over 10 s) could have paid for.
+        for _ in 0..20 {
+            p.resend_turn(1).await;
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 
     #[tokio::test(start_paused = true)]

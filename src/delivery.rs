@@ -68,6 +68,11 @@ struct Piece {
     /// seconds. (A write with no answer — refused, reset, timed out — stays on the budget:
     /// a timeout is as often an overloaded sink, which resends must not pile onto.)
     outage: bool,
+    /// The sink refused these rows item by item while taking others: resent in turn at the
+    /// planned rate, not on the retry budget. All refused parts going at once when the
+    /// pause ended met the same full sink (a bulk sink at 4x: 11 refused resends in 0.5 s,
+    /// which spent the budget and stalled the worker for 10 s).
+    refused_items: bool,
 }
 
 impl Delivery {
@@ -165,6 +170,7 @@ impl Delivery {
             unanswered: false,
             cut: false,
             outage: false,
+            refused_items: false,
         }];
         let mut outage = 0u32;
         let mut unexplained = UnexplainedFailures::default();
@@ -176,6 +182,13 @@ impl Delivery {
                 // Paced by the limit gate instead.
             } else if std::mem::take(&mut piece.outage) {
                 // Paced by the outage's backoff instead.
+            } else if std::mem::take(&mut piece.refused_items) {
+                if until(&mut stop, self.pressure.resend_turn(piece.rows.len()))
+                    .await
+                    .is_none()
+                {
+                    return abandoned();
+                }
             } else if piece.retry {
                 if until(&mut stop, self.pressure.retry_permit(piece.rows.len()))
                     .await
@@ -255,6 +268,7 @@ impl Delivery {
                         sent_at,
                         retry_after,
                         hint: unit,
+                        emptied: false,
                         records: piece.rows.len() as u64,
                         bytes: row_bytes(&piece.rows),
                     });
@@ -436,6 +450,8 @@ impl Delivery {
                                 sent_at,
                                 retry_after,
                                 hint: unit,
+                                // Items refused for room: the sink had none left.
+                                emptied: true,
                                 records: throttled.len() as u64,
                                 bytes: row_bytes(&throttled),
                             },
@@ -449,6 +465,7 @@ impl Delivery {
                             unanswered: false,
                             cut: false,
                             outage,
+                            refused_items: !outage,
                         });
                     }
                     if !failed.is_empty() {
@@ -473,6 +490,7 @@ impl Delivery {
                                 unanswered: false,
                                 cut: false,
                                 outage: false,
+                                refused_items: false,
                             });
                         } else {
                             dead.extend(failed.iter().map(|r| {
@@ -568,6 +586,7 @@ fn split(piece: Piece) -> [Piece; 2] {
             unanswered: piece.unanswered,
             cut: false,
             outage: false,
+            refused_items: false,
         },
         Piece {
             rows: first,
@@ -577,6 +596,7 @@ fn split(piece: Piece) -> [Piece; 2] {
             unanswered: piece.unanswered,
             cut: false,
             outage: false,
+            refused_items: false,
         },
     ]
 }

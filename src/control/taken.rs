@@ -101,10 +101,19 @@ impl Taken {
     /// took before the refused one may still be unanswered then (one such write missing
     /// from a 120 ms sample read 680 of 1,000 rec/s, and held the worker there).
     /// A [`Pushback::Sustained`] sample is [`Taken::sample`] once `now` reaches the mark.
+    ///
+    /// A sink that refused items of a write for want of room (`emptied`, with the write's
+    /// round trip) says its reserve was empty right then, with what it took of the write
+    /// already counted: a mark as exact as one Retry-After places. What it took of writes
+    /// sent before, still unanswered, was taken before the mark too: the mark is read a
+    /// round trip on, when those have answered and the writes sent after the refusal
+    /// have not (marks 0.27-0.75 s apart read 1,070-1,315 rec/s from a 1,000 rec/s sink
+    /// when read at the answer).
     pub fn pushback(
         &mut self,
         now: Duration,
         retry_after: Option<Duration>,
+        emptied: Option<Duration>,
         records: u64,
         bytes: u64,
     ) -> (PerUnit<Option<f64>>, Pushback) {
@@ -116,14 +125,20 @@ impl Taken {
         {
             self.pushbacks.pop_front();
         }
-        let mark = match retry_after {
-            Some(wait) => Mark {
+        let mark = match (emptied, retry_after) {
+            (Some(round_trip), _) => Mark {
+                at: now + round_trip,
+                totals: None,
+                pending: [0.0; 3],
+                marked: true,
+            },
+            (None, Some(wait)) => Mark {
                 at: now + wait,
                 totals: None,
                 pending: [records as f64, 1.0, bytes as f64],
                 marked: true,
             },
-            None => Mark {
+            (None, None) => Mark {
                 at: now,
                 totals: Some(self.totals),
                 pending: [0.0; 3],
@@ -283,7 +298,7 @@ mod tests {
             t.written(now, 40, 0);
         }
         now += ms(100);
-        let (first, kind) = t.pushback(now, None, 40, 0);
+        let (first, kind) = t.pushback(now, None, None, 40, 0);
         assert_eq!(first.get(Unit::Records), Some(300.0), "the burst included");
         assert_eq!(kind, Pushback::Isolated);
         for k in 1..=20 {
@@ -291,7 +306,7 @@ mod tests {
             if k % 4 == 0 {
                 t.written(now, 40, 0);
             } else {
-                let (_, kind) = t.pushback(now, None, 40, 0);
+                let (_, kind) = t.pushback(now, None, None, 40, 0);
                 let expected = if k >= 3 {
                     Pushback::Sustained
                 } else {
@@ -330,7 +345,7 @@ mod tests {
                 continue;
             }
             let wait = Duration::from_secs_f64((n as f64 - tokens) / 100.0);
-            let (_, kind) = t.pushback(now, marked.then_some(wait), n, 0);
+            let (_, kind) = t.pushback(now, marked.then_some(wait), None, n, 0);
             let mark = if marked { now + wait } else { now };
             // The resend, once it fits.
             now += wait;
@@ -352,14 +367,14 @@ mod tests {
         // Refused at 1.0 s: the reserve is empty once 20 ms have passed and the 20 records
         // are resent.
         t.written(ms(990), 20, 0);
-        t.pushback(ms(1000), Some(ms(20)), 20, 0);
+        t.pushback(ms(1000), Some(ms(20)), None, 20, 0);
         t.written(ms(1020), 20, 0);
         // Then 20 records every 200 ms, and a refusal at 1.6 s just after a write the sink
         // took at 1.59 s, answered at 1.605 s.
         for i in 1..=2 {
             t.written(ms(1020 + 200 * i), 20, 0);
         }
-        let (_, kind) = t.pushback(ms(1600), Some(ms(20)), 20, 0);
+        let (_, kind) = t.pushback(ms(1600), Some(ms(20)), None, 20, 0);
         assert_eq!(kind, Pushback::Sustained);
         assert_eq!(t.sample(ms(1605), ms(1620)), None, "not yet");
         t.written(ms(1605), 20, 0);
@@ -368,6 +383,39 @@ mod tests {
         // 20 + 20 + 20 (the one answered late) + 20 (the resend) over 0.6 s; read at the
         // refusal, 60 over 0.6 s.
         assert!((sample.get(Unit::Records).unwrap() - 80.0 / 0.6).abs() < 1e-6);
+    }
+
+    /// A sink taking 1,000 records/s answers a write it took in part before one it took
+    /// whole, sent together: the mark is read a round trip after the refusal, so the
+    /// write answered late is counted before it, and the sample is the capacity.
+    #[test]
+    fn items_refused_for_room_mark_the_reserve_empty_a_round_trip_on() {
+        let mut t = Taken::default();
+        // Sent at 0: A (100 records, all taken, answered at 12 ms) and B (all refused for
+        // room, answered at 10 ms).
+        let (_, kind) = t.pushback(ms(10), None, Some(ms(10)), 100, 0);
+        assert_eq!(kind, Pushback::Isolated);
+        t.written(ms(12), 100, 0);
+        // From 20 ms, 20 records every 20 ms, each answered 5 ms on; at 310 ms a write of
+        // which the sink took 5 and refused the rest.
+        for i in 0..15 {
+            t.written(ms(25 + 20 * i), 20, 0);
+        }
+        t.written(ms(310), 5, 0);
+        let (_, kind) = t.pushback(ms(310), None, Some(ms(10)), 15, 0);
+        assert_eq!(
+            kind,
+            Pushback::Sustained,
+            "both marks exact: 100 ms apart suffice"
+        );
+        assert_eq!(t.sample(ms(315), ms(320)), None, "not before the mark");
+        let sample = t
+            .sample(ms(320), ms(320))
+            .unwrap()
+            .get(Unit::Records)
+            .unwrap();
+        // 305 records over 0.3 s; read at the refusal, A would count too: 1,350.
+        assert!((sample - 305.0 / 0.3).abs() < 1e-6, "{sample}");
     }
 
     #[test]
