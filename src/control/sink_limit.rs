@@ -19,78 +19,20 @@ use std::time::Duration;
 
 use super::taken::{MARKED_SAMPLE_MIN, Pushback, Taken};
 
-/// What a sink counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
-    Records,
-    Requests,
-    Bytes,
-}
+pub use unit::{PerUnit, Unit};
 
-impl Unit {
-    pub const ALL: [Unit; 3] = [Unit::Records, Unit::Requests, Unit::Bytes];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Unit::Records => "records",
-            Unit::Requests => "requests",
-            Unit::Bytes => "bytes",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// One amount per unit.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct PerUnit<T>(pub [T; 3]);
-
-impl<T: Copy> PerUnit<T> {
-    pub fn get(&self, unit: Unit) -> T {
-        self.0[unit.index()]
-    }
-
-    pub fn set(&mut self, unit: Unit, value: T) {
-        self.0[unit.index()] = value;
-    }
-}
+mod learn;
+mod unit;
 
 /// Per-second rates the sink took lately, each `None` when too little was measured.
 type Delivered = PerUnit<Option<f64>>;
 
-/// An experiment starts only while the worker sends this much more than the sink takes.
-const EXPERIMENT_OVER: f64 = 1.1;
-/// Below this many requests per second no experiment is run: a sink limiting requests
-/// that low is rare, and the few large requests of such an experiment would cost a sink
-/// counting records or bytes more than they could tell (it can name its unit instead).
-/// Under the 5 requests/s a 200 ms tick sends, so a gateway taking 4 is found (at 5.5 it
-/// was not, and the worker sank to 8% of what that gateway takes).
-const EXPERIMENT_MIN_REQUESTS: f64 = 3.0;
-/// An experiment sends at least this multiple of the records the sink took: the sink
-/// taking them in fewer requests shows that records were not what it counted.
-const EXPERIMENT_RECORDS: f64 = 1.25;
-/// An experiment's requests per second, as a share of what the sink took: room for a
-/// sink whose reserve is empty to refill…
-const EXPERIMENT_REQUEST_SHARE: f64 = 0.8;
-/// …or up to this share when the largest batch allowed cannot carry enough records in
-/// fewer requests (4 requests/s of at most 100 records, 334 rec/s taken: 3.2 requests/s
-/// carry 320, no evidence either way; 3.8 carry 380).
-const EXPERIMENT_REQUEST_SHARE_MOST: f64 = 0.95;
 /// An experiment that was not throttled shows requests to be the unit if the sink took
 /// this multiple of the records it took before: a sink counting records would have
 /// refused the excess, a batch's worth within the experiment's span.
 const EXPERIMENT_SHOWS: f64 = 1.05;
 /// Throttles of settled writes that end an experiment: volume is the unit.
 const EXPERIMENT_FAILS_AFTER: u32 = 2;
-/// An experiment runs long enough for this many requests, up to the longest.
-const EXPERIMENT_REQUESTS: f64 = 16.0;
-const EXPERIMENT_LONGEST: Duration = Duration::from_secs(5);
-/// Throttles this soon after a volume limit was learned are its overload's last echoes.
-const VOLUME_SETTLES: Duration = Duration::from_millis(250);
-/// An isolated throttle while holding lowers the limit by this factor.
-const ISOLATED_CUT: f64 = 0.95;
 
 #[derive(Debug, Clone)]
 pub struct LimitParams {
@@ -504,164 +446,6 @@ impl SinkLimit {
             self.phase = Phase::Hold {
                 quiet_since: Duration::ZERO,
             };
-        }
-    }
-
-    fn learn(&mut self, s: Pending) {
-        let last = self.last_plan;
-        if let Some(unit) = s.hint {
-            let limit = self.revised(unit, &s);
-            self.limits = PerUnit::default();
-            self.limits.set(unit, limit);
-            self.binding = Some(Binding::Only(unit));
-            self.phase = Phase::Hold { quiet_since: s.now };
-            return;
-        }
-        if self.binding == Some(Binding::Only(Unit::Requests))
-            && let Some(limit) = self.limits.get(Unit::Requests)
-        {
-            if last.requests_per_second() >= 0.8 * self.params.hold * limit {
-                let limit = self.revised(Unit::Requests, &s).or(Some(limit));
-                self.limits.set(Unit::Requests, limit);
-                self.phase = Phase::Hold { quiet_since: s.now };
-                return;
-            }
-            // Well under the request limit and throttled all the same: not requests.
-            self.learn_volume(&s);
-            return;
-        }
-        // Just after a volume limit was learned the sink's reserve is empty: a throttle
-        // then answers the last writes of the overload, not the new rate.
-        if self
-            .volume_learned
-            .is_some_and(|(at, _, _)| s.now < at + VOLUME_SETTLES)
-        {
-            return;
-        }
-        // Throttled again soon at no more records than the sink took last time, and sending
-        // clearly more requests than it takes now: cutting records did not help.
-        let contradicted = self.volume_learned.is_some_and(|(at, rate, before)| {
-            let since = self.taken.since(before, s.now.saturating_sub(at));
-            s.now < at + self.params.contradiction_within
-                && s.sent_at > at
-                && last.records_per_second <= rate * 1.001
-                && since
-                    .get(Unit::Records)
-                    .is_none_or(|took| took * EXPERIMENT_OVER < rate)
-        }) && s.kind == Pushback::Sustained
-            && last.requests_per_second() > EXPERIMENT_MIN_REQUESTS
-            && s.delivered
-                .get(Unit::Requests)
-                .is_some_and(|took| last.requests_per_second() > EXPERIMENT_OVER * took);
-        if contradicted && s.now >= self.experiment_after {
-            let took_requests = s.delivered.get(Unit::Requests).unwrap_or_default();
-            let took_records = s.delivered.get(Unit::Records).unwrap_or_default();
-            let most = self.largest_batch.min(self.experiment_batch()) as f64;
-            let carries = EXPERIMENT_RECORDS * took_records / most;
-            let requests_per_second = (took_requests * EXPERIMENT_REQUEST_SHARE)
-                .max(carries.min(took_requests * EXPERIMENT_REQUEST_SHARE_MOST))
-                .max(f64::MIN_POSITIVE);
-            let span = self.params.experiment_for.max(
-                Duration::from_secs_f64(EXPERIMENT_REQUESTS / requests_per_second)
-                    .min(EXPERIMENT_LONGEST),
-            );
-            self.phase = Phase::Experiment {
-                settled: s.resume
-                    + Duration::from_secs_f64(3.0 / requests_per_second).min(span / 2),
-                until: s.resume + span,
-                records_per_second: last
-                    .records_per_second
-                    .max(EXPERIMENT_RECORDS * took_records),
-                requests_per_second,
-                throttled: 0,
-                took_records,
-                took_requests,
-                started: (s.resume, self.taken.totals()),
-            };
-            return;
-        }
-        self.learn_volume(&s);
-    }
-
-    /// Records and bytes both take what the sink delivered; a request limit learned before
-    /// was a misreading.
-    fn learn_volume(&mut self, s: &Pending) {
-        let records = self.revised(Unit::Records, s);
-        let bytes = self
-            .limits
-            .get(Unit::Bytes)
-            .or(s.delivered.get(Unit::Bytes))
-            .and_then(|_| self.revised(Unit::Bytes, s));
-        self.limits = PerUnit::default();
-        self.limits.set(Unit::Records, records);
-        self.limits.set(Unit::Bytes, bytes);
-        self.binding = Some(Binding::Volume);
-        self.volume_learned = (s.kind == Pushback::Sustained)
-            .then_some(())
-            .and(records)
-            .map(|r| (s.now, r * self.params.hold, self.taken.totals()));
-        self.phase = Phase::Hold { quiet_since: s.now };
-    }
-
-    /// The limit in `unit` after the sink pushed back. Sustained push-back measures the
-    /// capacity (what was taken across it); push-backs in quick succession before that can
-    /// be measured answer writes sent into a reserve the first overshoot emptied: they
-    /// say nothing new, and cutting on each would fall far below the capacity within a few
-    /// ticks (2,635 → 825 rec/s in 220 ms against a 1,000 rec/s sink at a 20 ms tick), so the limit
-    /// stays where it is (never above what was being sent) until the sample; an isolated one
-    /// after a quiet spell says only that the worker was a little over, so the limit falls
-    /// a little (or not at all after a probe: the probe went too far, not the hold); a
-    /// first one has only the last second to go by, which may hold a spent burst: `beta`
-    /// of it. Never above what was being sent; `None` when nothing tells.
-    fn revised(&self, unit: Unit, s: &Pending) -> Option<f64> {
-        let sent = match self.planned(unit, self.last_plan) {
-            // Nothing planned yet: nothing to bound it by.
-            planned if planned <= 0.0 => f64::INFINITY,
-            planned => planned,
-        };
-        let measured = || {
-            s.delivered
-                .get(unit)
-                .unwrap_or(sent * self.params.beta)
-                .min(sent)
-        };
-        let limit = match (s.kind, self.limits.get(unit)) {
-            // Taken between two answers that each took part of a write and refused the
-            // rest: the capacity, whatever the plan said. The plan does not count records
-            // sent again, and a cap at it held a bulk sink at the first guess (a worker
-            // sending 525 rec/s of fresh records and its resends measured 1,116 and kept 525).
-            (Pushback::Sustained, _) if s.emptied => s.delivered.get(unit).unwrap_or(sent),
-            (Pushback::Sustained, _) => measured(),
-            // The first push-back: the last second's rate may hold a spent burst.
-            (_, None) => measured() * self.params.beta,
-            (Pushback::Repeated, Some(old)) => old.min(sent),
-            (Pushback::Isolated, Some(old)) if s.probing => old,
-            (Pushback::Isolated, Some(old)) => old * ISOLATED_CUT,
-        };
-        limit.is_finite().then_some(limit)
-    }
-
-    /// An experiment's requests stay within twice what the sink has taken in one: a sink
-    /// whose burst is smaller would never take them.
-    fn experiment_batch(&self) -> usize {
-        (2 * self.taken.largest()).max(1) as usize
-    }
-
-    /// Back to holding the volume limit, with no new experiment for a while.
-    fn end_experiment(&mut self, now: Duration) {
-        self.experiment_after = now + 10 * self.params.experiment_for;
-        self.volume_learned = None;
-        self.phase = Phase::Hold { quiet_since: now };
-    }
-
-    fn planned(&self, unit: Unit, plan: Plan) -> f64 {
-        match unit {
-            Unit::Records => plan.records_per_second,
-            // Record sizes unknown yet: nothing to bound a bytes limit by.
-            Unit::Bytes => self
-                .record_bytes
-                .map_or(f64::INFINITY, |size| plan.records_per_second * size),
-            Unit::Requests => plan.requests_per_second(),
         }
     }
 
