@@ -156,7 +156,9 @@ impl SinkLimit {
             // rest: the capacity, whatever the plan said. The plan does not count records
             // sent again, and a cap at it held a bulk sink at the first guess (a worker
             // sending 525 rec/s of fresh records and its resends measured 1,116 and kept 525).
-            (Pushback::Sustained, _) if s.emptied => s.delivered.get(unit).unwrap_or(sent),
+            (Pushback::Sustained, _) if s.emptied => {
+                s.delivered.get(unit).unwrap_or(sent * self.params.beta)
+            }
             (Pushback::Sustained, _) => measured(),
             // The first push-back: the last second's rate may hold a spent burst.
             (_, None) => measured() * self.params.beta,

@@ -606,3 +606,33 @@ fn items_refused_for_room_teach_the_capacity_beyond_the_plan() {
     );
     assert!(plan.records_per_second > 1.3 * first.records_per_second);
 }
+
+/// A bulk sink that takes nothing between two refusals for room says nothing of its
+/// capacity but that the worker is over it: the limit falls by `beta`, not held.
+#[test]
+fn a_bulk_sink_taking_nothing_between_refusals_lowers_the_limit() {
+    let bulk = BatchShape {
+        max_batch: 200,
+        record_bytes: None,
+        ..shape()
+    };
+    let room = |sent_at: Duration| Refused {
+        sent_at,
+        retry_after: None,
+        hint: None,
+        emptied: true,
+        records: 200,
+        bytes: 0,
+    };
+    let mut limit = SinkLimit::new(LimitParams::default());
+    limit.plan(ms(0), 4000.0, bulk);
+    limit.on_throttle(ms(210), true, room(ms(200)));
+    limit.on_written(ms(215), 200, 0);
+    let first = limit.plan(ms(220), 4000.0, bulk).records_per_second;
+    limit.on_throttle(ms(500), true, room(ms(490)));
+    let next = limit.plan(ms(520), 4000.0, bulk).records_per_second;
+    assert!(
+        (next - first * 0.7 * 0.97).abs() < 1e-6,
+        "{first} -> {next}"
+    );
+}
