@@ -33,27 +33,16 @@ pub(super) struct Piece {
 pub(super) fn split(piece: Piece) -> [Piece; 2] {
     let mut first = piece.rows;
     let second = first.split_off(first.len() / 2);
+    let half = |rows| Piece {
+        rows,
+        attempts: piece.attempts,
+        throttles: 0,
+        retry: piece.retry,
+        unanswered: piece.unanswered,
+        cut: false,
+        outage: false,
+        refused_items: false,
+    };
     // Pieces are popped from the end: push the second half first to keep the order.
-    [
-        Piece {
-            rows: second,
-            attempts: piece.attempts,
-            throttles: 0,
-            retry: piece.retry,
-            unanswered: piece.unanswered,
-            cut: false,
-            outage: false,
-            refused_items: false,
-        },
-        Piece {
-            rows: first,
-            attempts: piece.attempts,
-            throttles: 0,
-            retry: piece.retry,
-            unanswered: piece.unanswered,
-            cut: false,
-            outage: false,
-            refused_items: false,
-        },
-    ]
+    [half(second), half(first)]
 }
