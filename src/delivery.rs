@@ -59,6 +59,9 @@ struct Piece {
     /// The last write of these rows got no answer (timed out, cut, reset): the sink may
     /// have stored them. Sent again only under the concurrency limit, and counted.
     unanswered: bool,
+    /// The sink pushed these rows back at more writes in flight than it took lately: they
+    /// go again once the writes in flight are under the (cut) limit.
+    within_limit: bool,
     /// The last write was cut short by the limit gate: the gate paces the resend, so it
     /// does not wait for the retry budget (it would, for as long as the sink's timeout).
     cut: bool,
@@ -107,10 +110,18 @@ impl Delivery {
     /// One write, measured: its latency and outcome feed the concurrency limit and the
     /// metrics. `None` when the gate cut it short: the limit has fallen far below the
     /// writes in flight and this one is overdue (a drop, its fate unknown). A resend after
-    /// no answer first waits for a place under the limit.
-    async fn write(&self, rows: &[Row], resend: bool) -> Option<WriteOutcome> {
-        let inflight = if resend {
+    /// no answer first waits for a place under the limit, as does a write `within_limit`.
+    /// Also returns the writes in flight when it started, itself included.
+    async fn write(
+        &self,
+        rows: &[Row],
+        resend: bool,
+        within_limit: bool,
+    ) -> (Option<WriteOutcome>, usize) {
+        if resend {
             Stats::add(&self.stats.resent_unanswered, rows.len() as u64);
+        }
+        let inflight = if resend || within_limit {
             self.gate.start_within_limit().await
         } else {
             self.gate.started()
@@ -127,7 +138,7 @@ impl Delivery {
         self.stats.write_latency.record(rtt);
         let label = outcome.as_ref().map_or("cut", |o| o.label());
         metrics::counter!(REQUESTS, "outcome" => label).increment(1);
-        outcome
+        (outcome, inflight)
     }
 
     pub fn backpressure(&self) -> Arc<Backpressure> {
@@ -164,6 +175,7 @@ impl Delivery {
             retry: false,
             unanswered: false,
             cut: false,
+            within_limit: false,
             outage: false,
         }];
         let mut outage = 0u32;
@@ -190,7 +202,9 @@ impl Delivery {
                 return abandoned();
             };
             let resend = std::mem::take(&mut piece.unanswered);
-            let Some(outcome) = self.write(&piece.rows, resend).await else {
+            let within_limit = std::mem::take(&mut piece.within_limit);
+            let (outcome, inflight) = self.write(&piece.rows, resend, within_limit).await;
+            let Some(outcome) = outcome else {
                 Stats::add(&self.stats.retries, 1);
                 tracing::debug!(
                     rows = piece.rows.len(),
@@ -250,6 +264,14 @@ impl Delivery {
                         ?retry_after,
                         "sink throttled: {reason}"
                     );
+                    if retry_after.is_none() && self.gate.explains(inflight) {
+                        // More in flight than the sink took lately: the concurrency limit
+                        // answers it (as Vector's ARC does), not a worker-wide pause nor a
+                        // rate learned from it. Sent again under the limit.
+                        piece.within_limit = true;
+                        todo.push(piece);
+                        continue;
+                    }
                     // The worker-wide pause this sets is waited out before the next write.
                     piece.outage = self.pressure.throttled(Refused {
                         sent_at,
@@ -448,6 +470,7 @@ impl Delivery {
                             retry: true,
                             unanswered: false,
                             cut: false,
+                            within_limit: false,
                             outage,
                         });
                     }
@@ -472,6 +495,7 @@ impl Delivery {
                                 retry: true,
                                 unanswered: false,
                                 cut: false,
+                                within_limit: false,
                                 outage: false,
                             });
                         } else {
@@ -567,6 +591,7 @@ fn split(piece: Piece) -> [Piece; 2] {
             retry: piece.retry,
             unanswered: piece.unanswered,
             cut: false,
+            within_limit: false,
             outage: false,
         },
         Piece {
@@ -576,6 +601,7 @@ fn split(piece: Piece) -> [Piece; 2] {
             retry: piece.retry,
             unanswered: piece.unanswered,
             cut: false,
+            within_limit: false,
             outage: false,
         },
     ]

@@ -492,7 +492,7 @@ async fn vector_scenarios_aimd() {
         ConcurrencyAlgorithm::Aimd,
         &[
             ("shallow knee", 0.95),
-            ("defers at high concurrency", 0.9),
+            ("defers at high concurrency", 0.93),
             ("drops at high concurrency", 0.85),
             ("defers at high rate", 0.85),
         ],
@@ -504,12 +504,13 @@ async fn vector_scenarios_aimd() {
 async fn vector_scenarios_vegas() {
     // Rounds judged as one, a drop cut unsmoothed by what was pushed back and the level
     // pushed back probed ever more rarely: at a hard limit 41.0–41.7/s (27 before), at a
-    // rate limit 57.0/s (26.1 before, under Vector's 31).
+    // rate limit 57.0/s (26.1 before, under Vector's 31). A deferral the writes in flight
+    // explain no longer pauses the worker: 47.7/s at the hard limit (41.0 before).
     vector_scenarios(
         ConcurrencyAlgorithm::Vegas,
         &[
             ("shallow knee", 0.88),
-            ("defers at high concurrency", 0.8),
+            ("defers at high concurrency", 0.9),
             ("defers at high rate", 0.55),
         ],
     )
@@ -554,12 +555,13 @@ async fn vector_scenarios_gradient2() {
     // Growth only within 1.05 × the long average and a start by one per round: 93/s on
     // the shallow knee at 12 in flight, p95 133 ms (75.3/s, p95 380 ms before). A round
     // with drops cut by what was pushed back and that level probed ever more rarely: at a
-    // hard limit 43.2/s deferring, 42.8/s dropping (33.9 and 37.6 before).
+    // hard limit 43.2/s deferring, 42.8/s dropping (33.9 and 37.6 before); 49.0/s
+    // deferring once a deferral the writes in flight explain no longer pauses the worker.
     vector_scenarios(
         ConcurrencyAlgorithm::Gradient2,
         &[
             ("shallow knee", 0.9),
-            ("defers at high concurrency", 0.8),
+            ("defers at high concurrency", 0.9),
             ("drops at high concurrency", 0.8),
         ],
     )
