@@ -85,10 +85,18 @@ impl Delivery {
     /// One write, measured: its latency and outcome feed the concurrency limit and the
     /// metrics. `None` when the gate cut it short: the limit has fallen far below the
     /// writes in flight and this one is overdue (a drop, its fate unknown). A resend after
-    /// no answer first waits for a place under the limit.
-    async fn write(&self, rows: &[Row], resend: bool) -> Option<WriteOutcome> {
-        let inflight = if resend {
+    /// no answer first waits for a place under the limit, as does a write `within_limit`.
+    /// Also returns the writes in flight when it started, itself included.
+    async fn write(
+        &self,
+        rows: &[Row],
+        resend: bool,
+        within_limit: bool,
+    ) -> (Option<WriteOutcome>, usize) {
+        if resend {
             Stats::add(&self.stats.resent_unanswered, rows.len() as u64);
+        }
+        let inflight = if resend || within_limit {
             self.gate.start_within_limit().await
         } else {
             self.gate.started()
@@ -105,7 +113,7 @@ impl Delivery {
         self.stats.write_latency.record(rtt);
         let label = outcome.as_ref().map_or("cut", |o| o.label());
         metrics::counter!(REQUESTS, "outcome" => label).increment(1);
-        outcome
+        (outcome, inflight)
     }
 
     pub fn backpressure(&self) -> Arc<Backpressure> {
@@ -142,6 +150,7 @@ impl Delivery {
             retry: false,
             unanswered: false,
             cut: false,
+            within_limit: false,
             outage: false,
             refused_items: false,
         }];
@@ -176,7 +185,9 @@ impl Delivery {
                 return abandoned();
             };
             let resend = std::mem::take(&mut piece.unanswered);
-            let Some(outcome) = self.write(&piece.rows, resend).await else {
+            let within_limit = std::mem::take(&mut piece.within_limit);
+            let (outcome, inflight) = self.write(&piece.rows, resend, within_limit).await;
+            let Some(outcome) = outcome else {
                 Stats::add(&self.stats.retries, 1);
                 tracing::debug!(
                     rows = piece.rows.len(),
@@ -236,6 +247,14 @@ impl Delivery {
                         ?retry_after,
                         "sink throttled: {reason}"
                     );
+                    if retry_after.is_none() && self.gate.explains(inflight) {
+                        // More in flight than the sink took lately: the concurrency limit
+                        // answers it (as Vector's ARC does), not a worker-wide pause nor a
+                        // rate learned from it. Sent again under the limit.
+                        piece.within_limit = true;
+                        todo.push(piece);
+                        continue;
+                    }
                     // The worker-wide pause this sets is waited out before the next write.
                     piece.outage = self.pressure.throttled(Refused {
                         sent_at,
@@ -437,6 +456,7 @@ impl Delivery {
                             retry: true,
                             unanswered: false,
                             cut: false,
+                            within_limit: false,
                             outage,
                             refused_items: !outage,
                         });
@@ -462,6 +482,7 @@ impl Delivery {
                                 retry: true,
                                 unanswered: false,
                                 cut: false,
+                                within_limit: false,
                                 outage: false,
                                 refused_items: false,
                             });

@@ -13,6 +13,9 @@ pub(super) struct Piece {
     /// The last write of these rows got no answer (timed out, cut, reset): the sink may
     /// have stored them. Sent again only under the concurrency limit, and counted.
     pub(super) unanswered: bool,
+    /// The sink pushed these rows back at more writes in flight than it took lately: they
+    /// go again once the writes in flight are under the (cut) limit.
+    pub(super) within_limit: bool,
     /// The last write was cut short by the limit gate: the gate paces the resend, so it
     /// does not wait for the retry budget (it would, for as long as the sink's timeout).
     pub(super) cut: bool,
@@ -40,6 +43,7 @@ pub(super) fn split(piece: Piece) -> [Piece; 2] {
         retry: piece.retry,
         unanswered: piece.unanswered,
         cut: false,
+        within_limit: false,
         outage: false,
         refused_items: false,
     };

@@ -11,4 +11,8 @@ impl ConcurrencyLimit for FixedLimit {
     }
 
     fn on_sample(&mut self, _sample: Sample) {}
+
+    fn adapts(&self) -> bool {
+        false
+    }
 }

@@ -29,6 +29,12 @@ const CUT_AFTER_RTTS: u32 = 4;
 const CUT_AFTER_AT_LEAST: Duration = Duration::from_secs(1);
 /// Recent answered writes kept: (round trip, how long ago it was answered).
 const ANSWERED: usize = 64;
+/// A push-back is explained by the writes in flight only once this many writes were
+/// taken lately, all at fewer in flight.
+const EXPLAINED_AFTER: usize = 4;
+/// After a push-back at no more in flight than the sink took lately (a sink limiting its
+/// rate, not its concurrency), none is explained by the writes in flight for this long.
+const CONTRADICTED_FOR: Duration = Duration::from_secs(30);
 
 /// How long a write may run before it is cut, given the writes in flight now, the limit
 /// and recent answered writes (round trip, how long ago it was answered); `None` while it
@@ -52,13 +58,16 @@ pub fn cut_after(
 pub struct LimitGate {
     limit: Mutex<Box<dyn ConcurrencyLimit>>,
     writes_in_flight: AtomicUsize,
-    /// Recent answered writes (round trip, when answered), newest last.
-    answered: Mutex<VecDeque<(Duration, Instant)>>,
+    /// Recent answered writes (round trip, when answered, writes in flight when it
+    /// started), newest last.
+    answered: Mutex<VecDeque<(Duration, Instant, usize)>>,
     /// Whether overdue writes are cut and resends wait under the limit
     /// (`[concurrency] cut_overdue`).
     cuts: bool,
     /// A write started or finished: the limit or the writes in flight changed.
     changed: Notify,
+    /// When the sink last pushed back a write the writes in flight did not explain.
+    contradicted: Mutex<Option<Instant>>,
 }
 
 impl LimitGate {
@@ -69,6 +78,7 @@ impl LimitGate {
             answered: Mutex::new(VecDeque::with_capacity(ANSWERED)),
             cuts: true,
             changed: Notify::new(),
+            contradicted: Mutex::new(None),
         }
     }
 
@@ -119,7 +129,7 @@ impl LimitGate {
             if answered.len() == ANSWERED {
                 answered.pop_front();
             }
-            answered.push_back((rtt, Instant::now()));
+            answered.push_back((rtt, Instant::now(), inflight));
         }
         self.lock().on_sample(Sample {
             rtt,
@@ -132,7 +142,38 @@ impl LimitGate {
     fn answered(&self) -> Vec<(Duration, Duration)> {
         let answered = crate::lock::lock(&self.answered);
         let now = Instant::now();
-        answered.iter().map(|(rtt, at)| (*rtt, now - *at)).collect()
+        answered
+            .iter()
+            .map(|(rtt, at, _)| (*rtt, now - *at))
+            .collect()
+    }
+
+    /// The sink pushed back (429 without Retry-After) a write that started with `inflight`
+    /// in flight; returns whether the writes in flight explain it: the limit adapts, the
+    /// write started with more in flight than any the sink took lately, and since
+    /// [`CONTRADICTED_FOR`] no push-back came at a level the sink was taking (as a sink
+    /// limiting its rate pushes back at any level). Such a push-back is the limit's to
+    /// answer; the worker need not pause every write, as it must for a rate limit. (A sink
+    /// deferring above 5 in flight paused the worker at every probe of 6: Vegas stood
+    /// still a tenth of the time.)
+    pub fn explains(&self, inflight: usize) -> bool {
+        if !self.lock().adapts() {
+            return false;
+        }
+        let above_taken = {
+            let answered = crate::lock::lock(&self.answered);
+            if answered.len() < EXPLAINED_AFTER {
+                return false; // too little taken to judge by
+            }
+            answered.iter().all(|(_, _, at)| *at < inflight)
+        };
+        let now = Instant::now();
+        let mut contradicted = crate::lock::lock(&self.contradicted);
+        if !above_taken {
+            *contradicted = Some(now);
+            return false;
+        }
+        contradicted.is_none_or(|at| now - at >= CONTRADICTED_FOR)
     }
 
     /// Completes once a write that began at `began` is overdue by [`cut_after`]; never
@@ -364,5 +405,57 @@ mod tests {
         tokio::time::sleep(ms(1)).await;
         let started = resends.iter().filter(|r| r.is_finished()).count();
         assert_eq!(started, 2, "two places freed, two resends went");
+    }
+
+    /// An adaptive limit: AIMD, which cuts at once on a push-back.
+    fn adaptive() -> LimitGate {
+        LimitGate::new(Box::new(crate::control::limit::aimd::AimdLimit::new(
+            5,
+            1,
+            64,
+            1.0,
+            0.9,
+            ms(115),
+            0.95,
+            10,
+        )))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_push_back_above_every_level_taken_lately_is_explained_by_the_writes_in_flight() {
+        let gate = adaptive();
+        assert!(!gate.explains(6), "nothing taken yet to judge by");
+        for inflight in 1..=5 {
+            answered(&gate, ms(100), inflight);
+        }
+        assert!(gate.explains(6), "taken up to 5, pushed back at 6");
+        assert!(
+            !Arc::new(gate_fixed()).explains(6),
+            "a fixed limit does not answer push-backs"
+        );
+    }
+
+    fn gate_fixed() -> LimitGate {
+        let gate = LimitGate::new(Box::new(FixedLimit(10)));
+        for inflight in 1..=5 {
+            answered(&gate, ms(100), inflight);
+        }
+        gate
+    }
+
+    /// A sink limiting its rate pushes back at levels it takes, too: from then on, for
+    /// 30 s, no push-back is explained by the writes in flight (the worker pauses).
+    #[tokio::test(start_paused = true)]
+    async fn a_push_back_at_a_level_the_sink_takes_is_a_rate_limit_for_a_while() {
+        let gate = adaptive();
+        for inflight in 1..=5 {
+            answered(&gate, ms(100), inflight);
+        }
+        assert!(!gate.explains(4), "4 was taken lately");
+        assert!(!gate.explains(6), "a rate limit, for now");
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert!(!gate.explains(6));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(gate.explains(6), "30 s later");
     }
 }

@@ -9,6 +9,14 @@
 //! requests/s before, of ~100): the queue allowance is added only while latency is within
 //! a tenth of the tolerance's margin over the long average (see [`GROWTH_BAND`]), and the
 //! limit starts by one per round until latency first leaves that band.
+//!
+//! A round with drops (429s, timeouts) cuts once, unsmoothed, by the writes pushed back
+//! (at most by half, the gradient's floor), and the level pushed back is probed again
+//! only after 1, 2, 4 … [`MAX_HOLD`] rounds below it while its probes keep failing, as
+//! Vegas and AIMD back off theirs. A hard limit shows no latency gradient at all: before,
+//! each round at 6 against a sink deferring above 5 cut to 4 (6 × 0.5 smoothed) and the
+//! allowance climbed back to 6 within four rounds, a deferral (and the worker's pause)
+//! every 0.4 s.
 
 use std::time::Duration;
 
@@ -42,6 +50,9 @@ impl ExpAverage {
 /// still grows (1.05 × at a tolerance of 1.5).
 const GROWTH_BAND: f64 = 0.1;
 
+/// The most rounds a level that was pushed back at is held off for.
+const MAX_HOLD: u32 = 16;
+
 #[derive(Debug, Clone)]
 pub struct Gradient2Limit {
     estimated: f64,
@@ -54,6 +65,12 @@ pub struct Gradient2Limit {
     window: Window,
     /// Until latency first leaves the growth band: +1 per round, unsmoothed.
     slow_start: bool,
+    /// The most writes in flight of the last round the sink pushed back, while growth to
+    /// it is held off.
+    dropped_at: Option<usize>,
+    /// Rounds to wait below `dropped_at` before probing it again, and waited so far.
+    hold: u32,
+    held: u32,
 }
 
 impl Gradient2Limit {
@@ -83,7 +100,39 @@ impl Gradient2Limit {
             },
             window: Window::default(),
             slow_start: true,
+            dropped_at: None,
+            hold: 0,
+            held: 0,
         }
+    }
+
+    /// A round with `drops` of its writes pushed back, at most `inflight` in flight.
+    fn pushed_back(&mut self, inflight: usize, drops: usize) {
+        if self.dropped_at == Some(inflight) {
+            self.hold = (self.hold * 2).clamp(1, MAX_HOLD);
+        } else {
+            self.hold = 1;
+        }
+        self.held = 0;
+        self.dropped_at = Some(inflight);
+        self.slow_start = false;
+        let cut = (drops as f64).min(self.estimated / 2.0);
+        self.estimated = (self.estimated - cut)
+            .max(self.min as f64)
+            .min(self.max as f64);
+    }
+
+    /// Sets the limit to `new` unless that would probe a level pushed back at before its
+    /// hold is over.
+    fn grow_to(&mut self, new: f64) {
+        let probes = self
+            .dropped_at
+            .is_some_and(|at| new as usize >= at && new > self.estimated);
+        if probes && self.held < self.hold {
+            self.held += 1;
+            return;
+        }
+        self.estimated = new.max(self.min as f64).min(self.max as f64);
     }
 }
 
@@ -113,14 +162,17 @@ impl ConcurrencyLimit for Gradient2Limit {
         if long / short > 2.0 {
             self.long_rtt.value *= 0.95;
         }
-        if (s.inflight as f64) < self.estimated / 2.0 && !s.dropped {
+        if s.dropped {
+            self.pushed_back(s.inflight, s.drops);
             return;
         }
-        let gradient = if s.dropped {
-            0.5
-        } else {
-            (self.tolerance * long / short).clamp(0.5, 1.0)
-        };
+        if self.dropped_at.is_some_and(|at| s.inflight >= at) {
+            self.dropped_at = None; // the probe held
+        }
+        if (s.inflight as f64) < self.estimated / 2.0 {
+            return;
+        }
+        let gradient = (self.tolerance * long / short).clamp(0.5, 1.0);
         // Netflix's adds the queue allowance right up to the tolerance, so it settles where
         // latency is `tolerance` × the long average (and the average then drifts up after
         // it): on a shallow knee that is 15 in flight at 160 ms where 10 take 100 ms. Here
@@ -129,18 +181,22 @@ impl ConcurrencyLimit for Gradient2Limit {
         let grows = short <= long * (1.0 + (self.tolerance - 1.0) * GROWTH_BAND);
         let queue = if grows { self.queue } else { 0.0 };
         if self.slow_start {
-            if grows && !s.dropped {
+            if grows {
                 // One more write per round, as AIMD starts: the smoothed queue allowance
                 // took 5 rounds at a limit of 1 to reach 2.
-                self.estimated = (self.estimated + self.queue.max(1.0)).min(self.max as f64);
+                self.grow_to(self.estimated + self.queue.max(1.0));
                 return;
             }
-            self.slow_start = false; // a drop, or latency past the growth band
+            self.slow_start = false; // latency past the growth band
         }
         let new = self.estimated * gradient + queue;
         let smoothing = s.weight(self.smoothing);
         let new = self.estimated * (1.0 - smoothing) + new * smoothing;
-        self.estimated = new.max(self.min as f64).min(self.max as f64);
+        if new > self.estimated {
+            self.grow_to(new);
+        } else {
+            self.estimated = new.max(self.min as f64).min(self.max as f64);
+        }
     }
 }
 
@@ -226,6 +282,60 @@ mod tests {
             l.on_sample(sample(if i < 2 { 100 } else { 2_000 }, 32));
         }
         assert!(l.limit() <= 17, "{}", l.limit());
+    }
+
+    /// One round of `n` writes at 100 ms, `n` in flight, the first `drops` pushed back.
+    fn pushed(l: &mut Gradient2Limit, n: usize, drops: usize) {
+        for i in 0..n {
+            l.on_sample(Sample {
+                dropped: i < drops,
+                ..sample(100, n)
+            });
+        }
+    }
+
+    /// A round with drops cuts once, unsmoothed, by what was pushed back, at most by half.
+    #[test]
+    fn a_round_with_drops_cuts_by_the_writes_pushed_back() {
+        let mut l = Gradient2Limit::new(6, 1, 64, 0.2, 1.5, 1.0);
+        pushed(&mut l, 6, 1);
+        assert_eq!(l.limit(), 5, "6 − 1, not 6 × 0.5 smoothed (4)");
+        let mut l = Gradient2Limit::new(20, 1, 64, 0.2, 1.5, 1.0);
+        pushed(&mut l, 20, 15);
+        assert_eq!(l.limit(), 10, "at most halved");
+    }
+
+    /// After a push-back at 6 in flight, 6 is probed again after 1 round below it, then 2,
+    /// then 4; a probe that holds lets the limit grow on.
+    #[test]
+    fn a_level_that_was_pushed_back_is_probed_ever_more_rarely() {
+        let mut l = Gradient2Limit::new(6, 1, 64, 0.2, 1.5, 1.0);
+        pushed(&mut l, 6, 1);
+        let mut rounds_below = Vec::new();
+        for _ in 0..3 {
+            let mut below = 0;
+            while l.limit() < 6 {
+                let n = l.limit();
+                pushed(&mut l, n, 0);
+                below += 1;
+                assert!(below < 50, "6 is probed again");
+            }
+            rounds_below.push(below);
+            pushed(&mut l, 6, 1);
+            assert_eq!(l.limit(), 5);
+        }
+        // The allowance alone climbs from 5 to 6 in two rounds; then 1, 2, 4 held (the
+        // fraction left by the cut shortens the climb by a round now and then).
+        assert_eq!(rounds_below, vec![3, 3, 6]);
+        while l.limit() < 6 {
+            let n = l.limit();
+            pushed(&mut l, n, 0);
+        }
+        for _ in 0..3 {
+            let n = l.limit();
+            pushed(&mut l, n, 0);
+        }
+        assert!(l.limit() >= 7, "the probe held: {}", l.limit());
     }
 
     #[test]

@@ -99,6 +99,12 @@ pub trait ConcurrencyLimit: Send {
     fn limit(&self) -> usize;
 
     fn on_sample(&mut self, sample: Sample);
+
+    /// Whether a push-back lowers the limit: then a push-back the writes in flight explain
+    /// is the limit's to answer (see [`gate::LimitGate::explains`]).
+    fn adapts(&self) -> bool {
+        true
+    }
 }
 
 /// Each algorithm against a simulated sink whose latency is flat up to a knee of

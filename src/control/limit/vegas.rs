@@ -4,7 +4,10 @@
 //! sink that got slower for good is not treated as congested forever. Unlike Netflix's
 //! probe (which takes the next sample, queueing included, as the new no-load latency and
 //! so ratchets the limit up under steady load), a probe here drains to the minimum limit
-//! for one round, as BBR's ProbeRTT does, and measures a write that really ran unloaded.
+//! for one round, as BBR's ProbeRTT does, and measures a write that really ran unloaded;
+//! and, as BBR, only when no round since the last probe ran at the no-load latency (on
+//! Vector's flat-latency scenarios each drain cost about a round of writes in 2–5 s, for
+//! nothing).
 //!
 //! Judged per window of one round of writes (mean latency, most in flight, any drop; the
 //! no-load latency is the fastest write seen), each window weighed as its samples one by
@@ -23,6 +26,11 @@ use super::{ConcurrencyLimit, Sample, Window};
 
 /// The most rounds a level that was pushed back at is held off for.
 const MAX_HOLD: u32 = 16;
+
+/// A round whose fastest write was within this share of the no-load latency confirms it:
+/// the probe that would drain to the minimum is skipped (as BBR probes its minimum RTT
+/// only when no sample refreshed it lately).
+const FLOOR_SEEN: f64 = 0.05;
 
 #[derive(Debug, Clone)]
 pub struct VegasLimit {
@@ -46,6 +54,8 @@ pub struct VegasLimit {
     /// Rounds to wait below `dropped_at` before probing it again, and waited so far.
     hold: u32,
     held: u32,
+    /// Since the last probe, a round ran at the no-load latency.
+    floor_seen: bool,
 }
 
 /// Netflix's Log10RootFunction: an integer log10, at least 1.
@@ -72,6 +82,7 @@ impl VegasLimit {
             dropped_at: None,
             hold: 0,
             held: 0,
+            floor_seen: false,
         };
         v.reset_probe_jitter();
         v
@@ -171,12 +182,22 @@ impl ConcurrencyLimit for VegasLimit {
         if self.probe_jitter * self.probe_multiplier * self.estimated <= self.probe_count as f64 {
             self.reset_probe_jitter();
             self.probe_count = 0;
-            self.probing = Some(self.estimated);
-            return;
+            // Draining to the minimum for a round costs a round's writes (5% of a 100 ms
+            // sink's rate, probing every 2–5 s); a sink whose writes still run at the
+            // no-load latency has just shown it.
+            if !std::mem::take(&mut self.floor_seen) {
+                self.probing = Some(self.estimated);
+                return;
+            }
         }
         let Some(w) = self.window.add(s, self.estimated as usize) else {
             return;
         };
+        if self.rtt_noload.is_some_and(|noload| {
+            w.min_rtt.as_secs_f64() <= noload.as_secs_f64() * (1.0 + FLOOR_SEEN)
+        }) {
+            self.floor_seen = true;
+        }
         let noload = self
             .rtt_noload
             .map_or(w.min_rtt, |noload| noload.min(w.min_rtt));
@@ -321,6 +342,26 @@ mod tests {
         l.on_sample(sample(12, 1));
         assert_eq!(l.limit(), 10, "back to the limit it had");
         assert_eq!(l.rtt_noload, Some(ms(12)));
+    }
+
+    /// Rounds running at the no-load latency confirm it: no drain to the minimum.
+    #[test]
+    fn a_sink_still_running_at_its_no_load_latency_is_not_drained() {
+        let mut l = netflix();
+        for _ in 0..1_000 {
+            l.on_sample(sample(10, l.limit()));
+            assert!(l.limit() > 1, "drained although every write ran unloaded");
+        }
+        // Once no round runs near it any more, the next probe drains.
+        let mut probed = false;
+        for _ in 0..2_000 {
+            l.on_sample(sample(30, l.limit()));
+            if l.limit() == 1 {
+                probed = true;
+                break;
+            }
+        }
+        assert!(probed, "a sink that got slower is probed");
     }
 
     #[test]
