@@ -78,6 +78,19 @@ enum Command {
     /// Publish NDJSON lines to the configured queue, one message per line, keyed by
     /// `sink.key`; prints how many the queue confirmed.
     Produce(ProduceArgs),
+    /// The configuration file itself: `sluice config schema`.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigAction {
+    /// Print the JSON Schema (draft 7) of the configuration file, so editors complete and
+    /// check it: `sluice config schema > sluice.schema.json`, then `#:schema
+    /// ./sluice.schema.json` atop sluice.toml (Taplo, Even Better TOML).
+    Schema,
 }
 
 #[derive(Debug, Args)]
@@ -277,10 +290,26 @@ pub fn main() -> ExitCode {
         Command::SimSink(args) => runtime.block_on(crate::sim_sink::run(args)),
         Command::Produce(args) => runtime.block_on(produce(args)),
         Command::Ctl(args) => runtime.block_on(ctl(args)),
+        Command::Config {
+            action: ConfigAction::Schema,
+        } => print_schema(),
     };
     // Do not wait for stdin readers or lingering connections on the way out.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     ExitCode::from(code)
+}
+
+/// Prints the configuration's JSON Schema on stdout.
+fn print_schema() -> u8 {
+    use std::io::Write;
+    let text = crate::config::schema::text();
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Ok(()) => 0,
+        Err(e) => {
+            say!("sluice: cannot write the schema: {e}");
+            EXIT_RUNTIME
+        }
+    }
 }
 
 fn load(args: &ConfigArgs, overrides: &Overrides) -> Result<(Config, ConfigOrigin), u8> {

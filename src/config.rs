@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::control::balance::balancer::Strategy;
@@ -16,6 +17,7 @@ pub mod aperture;
 pub mod discovery;
 pub mod health;
 mod problems;
+pub mod schema;
 pub use health::HealthConfig;
 pub use problems::Problems;
 #[cfg(test)]
@@ -60,7 +62,7 @@ impl ConfigError {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub source: SourceConfig,
@@ -90,7 +92,7 @@ pub struct Config {
 }
 
 /// What else counts as a secret in what sluice shows (logs, messages, metrics).
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RedactConfig {
     /// Query parameters whose values are masked, besides the built-in names (password,
@@ -99,7 +101,7 @@ pub struct RedactConfig {
     pub query_params: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// Serve /metrics, /healthz, /readyz and the operator controls here, e.g.
@@ -121,7 +123,7 @@ impl TelemetryConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeasesConfig {
     /// Where leases live: a `postgres://` URL; or `"kafka"`: the capacity follows the
@@ -138,12 +140,14 @@ pub struct LeasesConfig {
     /// The capacity is cut into this many equal leases.
     #[serde(default)]
     pub partitions: u32,
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde", default = "default_lease_ttl")]
     pub ttl: Duration,
     /// Records per second this worker may use without a lease.
     #[serde(default)]
     pub reserved: f64,
     /// Leases are given back after this long without demand.
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde", default = "default_idle_grace")]
     pub idle_grace: Duration,
 }
@@ -218,7 +222,7 @@ fn default_idle_grace() -> Duration {
     Duration::from_secs(5)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SourceKind {
     #[default]
@@ -227,7 +231,7 @@ pub enum SourceKind {
     Kafka,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
     pub kind: SourceKind,
@@ -237,6 +241,7 @@ pub struct SourceConfig {
     pub checkpoint: Option<PathBuf>,
     /// File source, following: how long a rotated-away file must stay unchanged, once read
     /// to its end, before it counts as finished and the new file at `path` is read.
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(default = "default_rotate_wait", with = "humantime_serde")]
     pub rotate_wait: Duration,
     /// A longer record is dead-lettered instead of being held in memory.
@@ -263,6 +268,7 @@ pub struct SourceConfig {
     #[serde(default)]
     pub properties: BTreeMap<String, PropertyValue>,
     /// Kafka source: how long `--until-empty` waits for the group to assign partitions.
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(default = "default_assignment_timeout", with = "humantime_serde")]
     pub assignment_timeout: Duration,
 }
@@ -289,7 +295,7 @@ impl SourceConfig {
 }
 
 /// A librdkafka property value; TOML numbers and booleans are accepted as they read.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum PropertyValue {
     Text(String),
@@ -321,7 +327,7 @@ fn default_max_record_bytes() -> usize {
     1 << 20
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SinkKind {
     #[default]
@@ -333,7 +339,7 @@ pub enum SinkKind {
     Elasticsearch,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
     pub kind: SinkKind,
@@ -387,13 +393,16 @@ pub struct SinkConfig {
     /// `sslrootcert`, `sslcert`, `sslkey` in its URL instead).
     pub tls: Option<crate::tls::TlsConfig>,
     /// http: the longest one request may take before it counts as a transient failure.
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(default = "default_sink_timeout", with = "humantime_serde")]
     pub timeout: Duration,
     /// Where records the sink rejects go, for a sink without tables of its own (http).
     pub dead_letters: Option<DeadLetterConfig>,
     /// http: how a 2xx answer says which records were taken (`sink::http::contract`).
+    #[schemars(with = "Option<schema::ResponseContract>")]
     pub response: Option<crate::sink::http::contract::ResponseContract>,
     /// elasticsearch: the index and the bulk action (`sink::elasticsearch::settings`).
+    #[schemars(with = "Option<schema::ElasticsearchSettings>")]
     pub elasticsearch: Option<crate::sink::elasticsearch::settings::ElasticsearchSettings>,
     /// PostgreSQL, MySQL: write into an existing table, column → JSON pointer into the
     /// payload (`""` is the whole payload). Absent: the table is created as key, payload,
@@ -417,7 +426,7 @@ pub struct SinkConfig {
 
 /// One endpoint of a sink served by several hosts: a URL, or a URL with its zone and the
 /// name metrics show it by (`host:port` when unnamed; never the URL).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum EndpointConfig {
     Url(String),
@@ -453,13 +462,15 @@ impl EndpointConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BalanceConfig {
+    #[schemars(with = "schema::Strategy")]
     pub strategy: crate::control::balance::balancer::Strategy,
     /// This worker's zone: endpoints of other zones are used only when none here is up.
     pub zone: Option<String>,
     /// How fast the peak-EWMA latency forgets a slow answer.
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub decay: Duration,
     /// `strategy = "aperture"`: the subset's bounds, load band and mode.
@@ -489,13 +500,14 @@ fn default_sink_timeout() -> Duration {
     Duration::from_secs(30)
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateConfig {
     /// This worker's ceiling, records per second. With `[leases]` it caps what the leases
     /// give only when it was set (file, environment or `--rate`), not by its default.
     pub records_per_second: f64,
     /// Granularity of the cadence: up to `records_per_second × tick` per tick.
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub tick: Duration,
 }
@@ -509,11 +521,13 @@ impl Default for RateConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetryConfig {
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub min_delay: Duration,
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub max_delay: Duration,
     pub factor: f64,
@@ -525,6 +539,7 @@ pub struct RetryConfig {
     /// …plus this many per second, so a quiet worker can still retry.
     #[serde(default = "default_budget_min_per_second")]
     pub budget_min_per_second: f64,
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(default = "default_budget_window", with = "humantime_serde")]
     pub budget_window: Duration,
 }
@@ -555,7 +570,7 @@ impl Default for RetryConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ConcurrencyAlgorithm {
     #[default]
@@ -565,7 +580,7 @@ pub enum ConcurrencyAlgorithm {
     Gradient2,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConcurrencyConfig {
     pub algorithm: ConcurrencyAlgorithm,
@@ -577,6 +592,7 @@ pub struct ConcurrencyConfig {
     /// An adaptive limit's floor.
     pub min: usize,
     /// aimd: the latency the judged percentile must stay under.
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub target_latency: Duration,
     /// aimd: the percentile of the window judged (0.95 = p95).
@@ -732,10 +748,11 @@ impl ConcurrencyConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ShutdownConfig {
     /// How long in-flight batches may take to finish after SIGINT/SIGTERM.
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
 }
@@ -749,7 +766,7 @@ impl Default for ShutdownConfig {
 }
 
 /// How an http sink encodes a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum HttpFormat {
     /// One JSON array of `{"key", "source", "record"}` objects.
@@ -760,7 +777,7 @@ pub enum HttpFormat {
 }
 
 /// A dead-letter store apart from the sink: a database (`url`) or an NDJSON file (`path`).
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeadLetterConfig {
     /// `sqlite://…` (or `postgres://…`); the table is `sluice_dead_letters`.
@@ -771,7 +788,7 @@ pub struct DeadLetterConfig {
 
 /// How the worker learns what the sink takes and holds under it (see `control::sink_limit`),
 /// and how it pauses when the sink says so.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ThrottleConfig {
     /// The share of a learned limit the worker holds.
@@ -782,6 +799,7 @@ pub struct ThrottleConfig {
     /// The rate never drops below this share of the configured rate.
     pub min_multiplier: f64,
     /// Quiet time between probes above a learned limit.
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub probe_every: Duration,
     /// A probe sends this multiple of the learned limit, for one second.
@@ -790,6 +808,7 @@ pub struct ThrottleConfig {
     pub pause_jitter: f64,
     /// The longest pause on a throttle that does not say how long (503 without
     /// Retry-After): how late the worker may notice that a sink which was down is back.
+    #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub max_pause: Duration,
 }
