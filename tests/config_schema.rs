@@ -1,7 +1,8 @@
 //! `sluice config schema` describes every configuration sluice ships: the files under
 //! config/ (the built-in default, the starter `sluice init` writes, the compose and example
 //! configs), the ones the Kubernetes ConfigMap carries, and — keys and types, not
-//! completeness — the TOML examples of the README.
+//! completeness — the TOML examples of the README (blocks opened with a bare ```toml;
+//! other TOML, such as Taplo's own settings, is opened as ```toml NAME).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -128,7 +129,10 @@ fn the_readme_examples_use_keys_and_types_the_schema_knows() {
         }
         blocks += 1;
     }
-    assert!(blocks >= 5, "only {blocks} TOML examples found in README.md");
+    assert!(
+        blocks >= 5,
+        "only {blocks} TOML examples found in README.md"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -140,9 +144,15 @@ fn the_schema_refuses_what_sluice_refuses() {
     for (extra, why) in [
         ("[rate]\nrecords_per_secnd = 5\n", "an unknown key"),
         ("[rate]\ntick = 200\n", "a duration that is not a string"),
-        ("[concurrency]\nalgorithm = \"tcp\"\n", "an unknown algorithm"),
+        (
+            "[concurrency]\nalgorithm = \"tcp\"\n",
+            "an unknown algorithm",
+        ),
         ("[retry]\nmax_attempts = -1\n", "a negative count"),
-        ("[sink.balance]\nstrategy = \"random\"\n", "an unknown strategy"),
+        (
+            "[sink.balance]\nstrategy = \"random\"\n",
+            "an unknown strategy",
+        ),
         ("[nonsense]\n", "an unknown section"),
     ] {
         let text = format!("{base}{extra}");

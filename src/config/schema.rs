@@ -25,7 +25,26 @@ pub fn json() -> serde_json::Value {
         "description".into(),
         "sluice.toml: a source, a sink, and how fast the sink may be written to. Every key can also be set by a SLUICE_SECTION__KEY environment variable.".into(),
     );
-    schema.to_value()
+    let mut value = schema.to_value();
+    single_enums(&mut value);
+    value
+}
+
+/// `{"const": x}` → `{"enum": [x]}`: the same constraint in the words of draft 4, which
+/// older Taplo releases read (they ignore `const`, and a `oneOf` of documented enum
+/// variants would then match every variant at once).
+fn single_enums(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(constant) = map.get("const").filter(|c| !c.is_object()).cloned() {
+                map.remove("const");
+                map.insert("enum".into(), serde_json::Value::Array(vec![constant]));
+            }
+            map.values_mut().for_each(single_enums);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(single_enums),
+        _ => {}
+    }
 }
 
 /// The schema as printed: indented JSON and a final newline.
@@ -52,7 +71,8 @@ impl JsonSchema for HumanDuration {
     }
 }
 
-/// `sink.balance.strategy`: `control::balance::balancer::Strategy` as written.
+// `control::balance::balancer::Strategy` as written.
+/// How each write picks one of the sink's endpoints.
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 #[schemars(rename = "Strategy")]
@@ -69,7 +89,8 @@ pub enum Strategy {
     Aperture,
 }
 
-/// `sink.balance.aperture.mode`: `control::balance::aperture::Mode` as written.
+// `control::balance::aperture::Mode` as written.
+/// How the aperture's subset of endpoints is chosen.
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 #[schemars(rename = "ApertureMode")]
@@ -81,8 +102,8 @@ pub enum ApertureMode {
     Deterministic,
 }
 
-/// `[sink.response]`: `sink::http::contract::ResponseContract` as written — how a 2xx
-/// answer says which records were taken.
+// `sink::http::contract::ResponseContract` as written.
+/// How a 2xx answer says which records were taken, for a sink that takes part of a batch.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "ResponseContract")]
@@ -134,8 +155,8 @@ pub enum Verdict {
     Permanent,
 }
 
-/// `[sink.elasticsearch]`: `sink::elasticsearch::settings::ElasticsearchSettings` as
-/// written.
+// `sink::elasticsearch::settings::ElasticsearchSettings` as written.
+/// The index records are written to, and the bulk action each is sent with.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(rename = "ElasticsearchSettings")]
@@ -174,9 +195,7 @@ mod tests {
         let mut names = Vec::new();
         for one in schema["oneOf"].as_array().into_iter().flatten() {
             names.extend(one["enum"].as_array().into_iter().flatten().cloned());
-            if let Some(c) = one.get("const") {
-                names.push(c.clone());
-            }
+            names.extend(one.get("const").cloned());
         }
         names.extend(schema["enum"].as_array().into_iter().flatten().cloned());
         assert!(!names.is_empty(), "{schema}");
@@ -241,5 +260,9 @@ mod tests {
             assert!(sections.contains_key(section), "{section} missing");
         }
         assert_eq!(schema["additionalProperties"], false);
+        assert!(
+            !schema.to_string().contains("\"const\""),
+            "draft 4 readers ignore const"
+        );
     }
 }
