@@ -197,7 +197,7 @@ struct CheckArgs {
 #[derive(Debug, Args)]
 struct InitArgs {
     /// Where to write it.
-    #[arg(value_name = "PATH", default_value = crate::config_origin::FILE_NAME)]
+    #[arg(value_name = "PATH", default_value = crate::config::origin::FILE_NAME)]
     path: PathBuf,
     /// Replace an existing file.
     #[arg(long)]
@@ -885,7 +885,7 @@ fn init(args: InitArgs) -> u8 {
         options.create_new(true);
     }
     let written = options.open(&args.path).and_then(|mut f| {
-        std::io::Write::write_all(&mut f, crate::config_origin::STARTER.as_bytes())
+        std::io::Write::write_all(&mut f, crate::config::origin::STARTER.as_bytes())
     });
     match written {
         Ok(()) => {
