@@ -6,8 +6,6 @@ pub mod backpressure;
 pub mod check;
 pub mod cli;
 pub mod config;
-pub mod config_kinds;
-pub mod config_origin;
 pub mod control;
 pub mod decode;
 pub mod delivery;

@@ -37,10 +37,6 @@ impl Shutdown {
             std::future::pending::<()>().await;
         }
     }
-
-    pub fn is_requested(&self) -> bool {
-        *self.rx.borrow()
-    }
 }
 
 /// A `Shutdown` that fires on SIGINT or SIGTERM.

@@ -114,7 +114,7 @@ fn values(t: Type) -> &'static [&'static str] {
 }
 
 /// Base configurations, one per kind of sink, with the keys their kinds do not read (those
-/// are refused as another kind's; `config_kinds` has its own tests). `{dir}` is the case's
+/// are refused as another kind's; `config::kinds` has its own tests). `{dir}` is the case's
 /// directory (an input file lives there).
 const BASES: &[(&str, &[&str])] = &[
     // file → sqlite, leases in PostgreSQL.

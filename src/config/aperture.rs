@@ -4,15 +4,18 @@
 
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, Problems};
 use crate::control::balance::aperture::{Mode, Settings};
 use crate::control::balance::ring::Coordinate;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApertureConfig {
+    /// How the subset is chosen.
+    #[schemars(with = "super::schema::ApertureMode")]
     pub mode: Mode,
     /// Fewest endpoints in the subset.
     pub min: usize,
@@ -23,6 +26,7 @@ pub struct ApertureConfig {
     /// … and at or over which it widens.
     pub high_load: f64,
     /// How long the load is smoothed over before the subset follows it.
+    #[schemars(with = "super::schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub window: Duration,
     /// Deterministic mode: this worker's index, 0-based (else `SLUICE_WORKER_INDEX`, else

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{EndpointConfig, Problems, SinkKind};
@@ -13,11 +14,12 @@ use super::{EndpointConfig, Problems, SinkKind};
 /// The scheme prefix of a `sink.urls` entry whose name is resolved to endpoints.
 pub const DNS_PREFIX: &str = "dns+";
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DiscoveryConfig {
     /// How often names are resolved again and the file read again (Finagle's DNS
     /// resolver's default).
+    #[schemars(with = "super::schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
     /// A file of endpoint URLs, one a line (`#` starts a comment).

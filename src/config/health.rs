@@ -5,11 +5,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Problems, SinkConfig, SinkKind};
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HealthConfig {
     #[serde(default)]
@@ -17,7 +18,7 @@ pub struct HealthConfig {
 }
 
 /// A probe's number, with what it means built in so users need not write SQL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Builtin {
     /// Seconds the worst replica is behind.
@@ -36,7 +37,7 @@ impl Builtin {
 }
 
 /// A limit: a number, or a duration ("2s", "500ms") read as seconds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Threshold {
     Number(f64),
@@ -74,7 +75,7 @@ impl Database {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProbeConfig {
     /// How logs, `/metrics` and the exit message name it; default: the built-in's name.
@@ -92,6 +93,7 @@ pub struct ProbeConfig {
     #[serde(default)]
     pub replicas: Vec<String>,
     /// How often it runs, each run on the probe's own connection.
+    #[schemars(with = "super::schema::HumanDuration")]
     #[serde(with = "humantime_serde", default = "default_interval")]
     pub interval: Duration,
     /// New writes are held while the value is above this.

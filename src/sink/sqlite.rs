@@ -20,7 +20,6 @@ use crate::record::{DeadLetter, Row};
 
 /// SQLite allows 32,766 bound parameters per statement; three per row.
 pub(crate) const ROWS_PER_STATEMENT: usize = 10_000;
-pub const DEAD_LETTER_TABLE: &str = "sluice_dead_letters";
 
 pub struct SqliteSink {
     pool: SqlitePool,

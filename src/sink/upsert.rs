@@ -3,13 +3,14 @@
 //! sink applies a write only over an older version, and a delete leaves a tombstone row so
 //! that an older version arriving later cannot bring the key back.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::{Problems, SinkConfig, SinkKind, SourceKind};
 
 /// `[sink] mode`: what a key that is already there means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SinkMode {
     /// The first version of a key stays (`ON CONFLICT DO NOTHING`): append-only events.

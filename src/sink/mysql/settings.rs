@@ -12,7 +12,7 @@ use crate::config::{Problems, SinkConfig, SinkKind};
 pub const SESSION_SQL_MODE: &str = "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION";
 
 pub fn validate(sink: &SinkConfig, p: &mut Problems) {
-    // Keys of this sink set for another kind are refused by `config_kinds`.
+    // Keys of this sink set for another kind are refused by `config::kinds`.
     if sink.kind != SinkKind::Mysql {
         return;
     }

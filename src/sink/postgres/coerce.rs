@@ -3,11 +3,12 @@
 //! column's own; lenient also hands strings (and numbers, booleans) to PostgreSQL's input
 //! function for the column type, as text. Numbers always travel as their exact JSON text.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// `[sink] coerce`: how far a JSON value may be converted to fit its column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Coerce {
     /// Only a value of the column's own JSON type is written; anything else is a dead letter.

@@ -4,7 +4,7 @@
 use crate::config::{Problems, SinkConfig, SinkKind};
 
 pub fn validate(sink: &SinkConfig, p: &mut Problems) {
-    // Keys of this sink set for another kind are refused by `config_kinds`.
+    // Keys of this sink set for another kind are refused by `config::kinds`.
     if sink.kind != SinkKind::Postgres {
         return;
     }

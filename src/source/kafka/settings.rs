@@ -95,7 +95,7 @@ fn apply_properties(config: &mut ClientConfig, source: &SourceConfig, skip: &[(&
 
 /// Checks the Kafka keys of `[source]`: required ones for kind "kafka", none for others.
 pub fn validate(source: &SourceConfig, p: &mut Problems) {
-    // Keys of this source set for another kind are refused by `config_kinds`.
+    // Keys of this source set for another kind are refused by `config::kinds`.
     if source.kind != SourceKind::Kafka {
         return;
     }

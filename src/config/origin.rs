@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 
 /// The built-in default: `config/default.toml` as shipped.
-pub const BUILT_IN: &str = include_str!("../config/default.toml");
+pub const BUILT_IN: &str = include_str!("../../config/default.toml");
 
 /// What `sluice init` writes: a commented starter configuration.
-pub const STARTER: &str = include_str!("../config/starter.toml");
+pub const STARTER: &str = include_str!("../../config/starter.toml");
 
 /// The name looked for in the working, user and system directories.
 pub const FILE_NAME: &str = "sluice.toml";

@@ -1,0 +1,142 @@
+//! `sluice check`: reaches everything `run` will need — the source, the sink (every
+//! endpoint), the dead-letter store, the lease store, the checkpoint directory and the
+//! telemetry address — each within a timeout, and changes nothing: no file, table or
+//! queue is created (what `run` would create is checked for the right to create it).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::redact::redact;
+
+mod sink;
+mod source;
+
+use sink::postgres;
+
+/// One thing `run` needs, and whether it is there.
+#[derive(Debug)]
+pub struct Probe {
+    /// What was probed, endpoint included (masked).
+    pub what: String,
+    /// What was found: Ok with a note, or Err with the reason.
+    pub result: Result<String, String>,
+}
+
+impl std::fmt::Display for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = match &self.result {
+            Ok(note) => format!("ok    {}: {note}", self.what),
+            Err(why) => format!("FAIL  {}: {why}", self.what),
+        };
+        f.write_str(&redact(&text))
+    }
+}
+
+/// Runs every probe the configuration calls for, each bounded by `timeout`.
+pub async fn probe_all(config: &Config, timeout: Duration) -> Vec<Probe> {
+    let mut probes = Vec::new();
+    probes.extend(source::probes(config, timeout).await);
+    probes.extend(sink::probes(config, timeout).await);
+    if let Some(l) = &config.leases {
+        let what = format!("lease store {}", l.store);
+        let result = if l.by_assignment() {
+            Ok("the capacity follows the Kafka group's assignment".into())
+        } else {
+            within(
+                timeout,
+                postgres(&l.store, &["sluice_leases", "sluice_lease_members"]),
+            )
+            .await
+        };
+        probes.push(Probe { what, result });
+    }
+    for probe in &config.health.probe {
+        // Reached and read: ok, whatever the value (over max holds writes, it is no fault).
+        let task = crate::health::probe::ProbeTask::new(probe, &config.sink);
+        let mut conns: Vec<_> = task.targets.iter().map(|_| None).collect();
+        let reading = within(timeout, async {
+            match task.run_once(&mut conns).await {
+                crate::control::health::Reading::Value(v) => {
+                    Ok(format!("reads {v} (max {})", probe.max()))
+                }
+                crate::control::health::Reading::Failed(e) => Err(e),
+            }
+        })
+        .await;
+        probes.push(Probe {
+            what: format!("health probe {}", probe.name()),
+            result: reading,
+        });
+    }
+    if let Some(listen) = config.telemetry.listen {
+        let result = match std::net::TcpListener::bind(listen) {
+            Ok(_) => Ok("free".into()),
+            Err(e) => Err(format!("cannot listen: {e}")),
+        };
+        probes.push(Probe {
+            what: format!("telemetry.listen {listen}"),
+            result,
+        });
+    }
+    probes
+}
+
+async fn within<F>(timeout: Duration, probe: F) -> Result<String, String>
+where
+    F: Future<Output = Result<String, String>>,
+{
+    match tokio::time::timeout(timeout, probe).await {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "no answer within {}",
+            humantime::format_duration(timeout)
+        )),
+    }
+}
+
+/// Whether `path` can be written: an existing file opened for writing (not truncated),
+/// or a probe file created and removed at once in its directory.
+pub fn writable(path: &Path) -> Result<(), String> {
+    match std::fs::OpenOptions::new().append(true).open(path) {
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("cannot write {}: {e}", path.display()));
+        }
+        Err(_) => {}
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let probe = dir.join(format!(
+        ".sluice-probe-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(format!("cannot create files in {}: {e}", dir.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writable_leaves_nothing_behind_and_names_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        writable(&dir.path().join("cp")).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let e = writable(&dir.path().join("no/such/dir/cp")).unwrap_err();
+        assert!(e.contains("no/such/dir"), "{e}");
+    }
+}

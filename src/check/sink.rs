@@ -1,0 +1,249 @@
+//! What `sluice check` reaches of the sink: every endpoint, the database and its tables,
+//! the dead-letter store.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
+
+use super::{Probe, within, writable};
+use crate::config::{Config, SinkKind};
+
+pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
+    let sink = &config.sink;
+    let urls: Vec<String> = if sink.urls.is_empty() && sink.discovery.file.is_none() {
+        vec![sink.url.clone()]
+    } else {
+        // The endpoints discovery finds now: names resolved, the file read.
+        let found = match crate::sink::discovery::Discovery::new(sink) {
+            Ok(mut d) => Ok(d.resolve().await),
+            Err(e) => Err(e.to_string()),
+        };
+        match found {
+            Ok(found) if !found.is_empty() => found.into_iter().map(|w| w.url).collect(),
+            Ok(_) => {
+                return vec![Probe {
+                    what: "sink discovery".into(),
+                    result: Err("found no endpoint".into()),
+                }];
+            }
+            Err(e) => {
+                return vec![Probe {
+                    what: "sink discovery".into(),
+                    result: Err(e),
+                }];
+            }
+        }
+    };
+    let mut probes = Vec::new();
+    for url in urls {
+        let result = match sink.kind {
+            SinkKind::Sqlite => sqlite(&url),
+            SinkKind::Postgres => {
+                let tables = [sink.table.as_str(), "sluice_dead_letters"];
+                within(timeout, postgres(&url, &tables)).await
+            }
+            SinkKind::Http | SinkKind::Elasticsearch => {
+                within(timeout, http(config, &url, timeout)).await
+            }
+            SinkKind::Mysql => {
+                let tables = [sink.table.as_str(), "sluice_dead_letters"];
+                within(timeout, crate::sink::mysql::check(&url, &tables)).await
+            }
+        };
+        probes.push(Probe {
+            what: format!("sink {url}"),
+            result,
+        });
+    }
+    // A mapped table must take the statement every batch runs. Opening the sink prepares
+    // it, and creates only the dead-letter table: so only once that exists.
+    let mapped =
+        matches!(sink.kind, SinkKind::Postgres | SinkKind::Mysql) && sink.columns.is_some();
+    if mapped
+        && probes.iter().all(|p| {
+            p.result
+                .as_deref()
+                .is_ok_and(|n| n.contains("tables present"))
+        })
+    {
+        let result = within(timeout, async {
+            crate::sink::open(config)
+                .await
+                .map(|_| "the insert statement prepares".to_string())
+                .map_err(|e| e.to_string())
+        })
+        .await;
+        probes.push(Probe {
+            what: format!("sink table {}", sink.table),
+            result,
+        });
+    }
+    if let Some(dl) = &sink.dead_letters {
+        let (what, result) = match (&dl.url, &dl.path) {
+            (Some(url), _) if url.starts_with("sqlite:") => (url.clone(), sqlite(url)),
+            (Some(url), _) => (
+                url.clone(),
+                within(timeout, postgres(url, &["sluice_dead_letters"])).await,
+            ),
+            (None, Some(path)) => (
+                path.display().to_string(),
+                writable(path).map(|()| "writable".into()),
+            ),
+            (None, None) => (String::new(), Err("set url or path".into())),
+        };
+        probes.push(Probe {
+            what: format!("dead-letter store {what}"),
+            result,
+        });
+    }
+    probes
+}
+
+/// A SQLite database: an existing file must be a database we may write; a missing one
+/// must be creatable (its directory writable). Nothing is opened through SQLite, which
+/// would create the file, its journal or its tables.
+fn sqlite(url: &str) -> Result<String, String> {
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url).map_err(|e| e.to_string())?;
+    let path = options.get_filename().to_path_buf();
+    if path.as_os_str() == ":memory:" {
+        return Ok("in memory".into());
+    }
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+    {
+        Ok(mut file) => {
+            use std::io::Read;
+            let mut head = [0u8; 16];
+            let n = file.read(&mut head).map_err(|e| e.to_string())?;
+            if n == 0 || head.starts_with(b"SQLite format 3\0") {
+                Ok(format!("{} is a writable database", path.display()))
+            } else {
+                Err(format!("{} is not a SQLite database", path.display()))
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            writable(&path).map(|()| format!("{} will be created (mode 0600)", path.display()))
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Connects (no pool, one connection), then checks that each table exists or may be
+/// created in the current schema.
+pub(super) async fn postgres(url: &str, tables: &[&str]) -> Result<String, String> {
+    let options = crate::sink::postgres::tls::connect_options(url)
+        .map_err(|e| e.to_string())?
+        .application_name("sluice check");
+    let mut conn = PgConnection::connect_with(&options).await.map_err(|e| {
+        match crate::tls::certificate_refused(&e) {
+            Some(why) => format!("cannot connect: TLS handshake failed: {why}"),
+            None => format!("cannot connect: {e}"),
+        }
+    })?;
+    // What the connection's TLS is, from the server's side.
+    let (tls_version,): (Option<String>,) = sqlx::query_as(
+        "SELECT CASE WHEN ssl THEN version END FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .map_err(|e| e.to_string())?;
+    let tls = match tls_version {
+        Some(version) => format!(
+            "over TLS ({version}, {})",
+            crate::sink::postgres::tls::verification(&options)
+        ),
+        None => "without TLS".to_string(),
+    };
+    let mut missing = Vec::new();
+    for table in tables {
+        let (exists,): (bool,) = sqlx::query_as("SELECT to_regclass($1) IS NOT NULL")
+            .bind(crate::sink::identifier::quote(table))
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !exists {
+            missing.push(*table);
+        }
+    }
+    let note = if missing.is_empty() {
+        format!("answers {tls}; tables present")
+    } else {
+        let (may_create,): (bool,) =
+            sqlx::query_as("SELECT has_schema_privilege(current_schema(), 'CREATE')")
+                .fetch_one(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+        if !may_create {
+            let _ = conn.close().await;
+            return Err(format!(
+                "{} missing and this user may not create tables in the current schema",
+                missing.join(", ")
+            ));
+        }
+        format!("answers {tls}; run creates {}", missing.join(", "))
+    };
+    let _ = conn.close().await;
+    Ok(note)
+}
+
+/// An HTTP endpoint answers (HEAD, with the configured headers); refused credentials fail.
+async fn http(config: &Config, url: &str, timeout: Duration) -> Result<String, String> {
+    let headers =
+        crate::sink::http::headers::build(&config.sink.headers, |v| std::env::var(v).ok())
+            .map_err(|e| e.to_string())?;
+    let builder = reqwest::Client::builder()
+        .default_headers(headers)
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none());
+    let tls = config.sink.tls.clone().unwrap_or_default();
+    let client = tls
+        .apply_to_reqwest(builder)?
+        .build()
+        .map_err(|e| e.to_string())?;
+    let answer = client.head(url).send().await.map_err(|e| {
+        if let Some(why) = crate::tls::certificate_refused(&e) {
+            return format!("TLS handshake failed: {why}");
+        }
+        let e = e.without_url();
+        let mut text = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            text.push_str(": ");
+            text.push_str(&c.to_string());
+            cause = c.source();
+        }
+        text
+    })?;
+    let status = answer.status();
+    match status.as_u16() {
+        401 | 403 | 407 => Err(format!("credentials refused (HTTP {status})")),
+        _ if url.starts_with("https:") && tls.insecure_skip_verify => Ok(format!(
+            "answers over TLS, certificate NOT verified (insecure_skip_verify) (HTTP {status} to HEAD)"
+        )),
+        _ if url.starts_with("https:") => Ok(format!(
+            "answers over TLS, certificate verified (HTTP {status} to HEAD)"
+        )),
+        _ => Ok(format!("answers (HTTP {status} to HEAD)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_probe_creates_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("out.db").display());
+        let note = sqlite(&url).unwrap();
+        assert!(note.contains("will be created"), "{note}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        std::fs::write(dir.path().join("out.db"), "not a database, clearly").unwrap();
+        assert!(sqlite(&url).unwrap_err().contains("not a SQLite database"));
+    }
+}

@@ -1,0 +1,284 @@
+//! `sluice leases`: the lease pool as stored (`leases resize` changes its definition),
+//! and joining it when a run starts.
+
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+
+use super::{ConfigArgs, EXIT_CONFIG, EXIT_RUNTIME, ReportArgs, load};
+use crate::config::{LeasesConfig, Overrides};
+use crate::control::lease_table::{LeaseTable, PoolDefinition, WorkerLimits};
+use crate::lease::keeper::LeaseKeeper;
+use crate::lease::postgres::PgLeaseStore;
+use crate::lease::{LeaseError, LeaseStore, check_definition, member_id};
+use crate::stats::Stats;
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(super) struct LeasesArgs {
+    #[command(flatten)]
+    report: ReportArgs,
+    #[command(subcommand)]
+    action: Option<LeasesAction>,
+}
+
+#[derive(Debug, Subcommand)]
+enum LeasesAction {
+    /// Change the pool's capacity and/or partitions for every worker sharing it. Workers
+    /// give back their leases of the old size at their next round and take new ones once
+    /// no old lease is left, so old and new never add up. Then set the same values in
+    /// every worker's configuration: a worker whose [leases] differ refuses to start.
+    Resize(ResizeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ResizeArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// The pool's new capacity, records per second (default: unchanged).
+    #[arg(long, value_name = "REC_PER_S")]
+    capacity: Option<f64>,
+    /// The number of leases it is cut into (default: unchanged).
+    #[arg(long, value_name = "N")]
+    partitions: Option<u32>,
+}
+
+/// `sluice leases [resize]`.
+pub(super) async fn command(args: LeasesArgs) -> u8 {
+    match args.action {
+        Some(LeasesAction::Resize(resize_args)) => resize(resize_args).await,
+        None => show(args.report).await,
+    }
+}
+
+/// The lease store; `read_only` (inspection commands) creates no table: a pool whose
+/// tables do not exist yet reads as empty.
+pub(super) async fn lease_store(
+    l: &LeasesConfig,
+    read_only: bool,
+) -> Result<Arc<dyn LeaseStore>, LeaseError> {
+    if l.by_assignment() {
+        return Err(LeaseError(
+            "store = \"kafka\" keeps no leases: the capacity follows the consumer group's assignment".into(),
+        ));
+    }
+    let store = if read_only {
+        PgLeaseStore::open_existing(&l.store, &l.pool, l.ttl).await?
+    } else {
+        PgLeaseStore::connect(&l.store, &l.pool, l.ttl).await?
+    };
+    Ok(Arc::new(store))
+}
+
+/// Connects to the lease store and checks this worker's [leases] against the pool's stored
+/// definition (storing it if the pool has none): exit 2 if they differ.
+pub(super) async fn join_pool(
+    l: &LeasesConfig,
+) -> Result<(Arc<dyn LeaseStore>, PoolDefinition), u8> {
+    let store = lease_store(l, false).await.map_err(|e| {
+        say!("sluice: {e}");
+        EXIT_RUNTIME
+    })?;
+    let definition = store.define(l.capacity, l.partitions).await.map_err(|e| {
+        say!("sluice: {e}");
+        EXIT_RUNTIME
+    })?;
+    check_definition(&l.pool, l.capacity, l.partitions, &definition).map_err(|e| {
+        say!("sluice: bad configuration: {e}");
+        EXIT_CONFIG
+    })?;
+    Ok((store, definition))
+}
+
+pub(super) fn lease_keeper(
+    l: &LeasesConfig,
+    store: Arc<dyn LeaseStore>,
+    definition: PoolDefinition,
+    ceiling: Option<f64>,
+    tick: std::time::Duration,
+    rate: crate::control::target_rate::TargetRate,
+    stats: Arc<Stats>,
+) -> LeaseKeeper {
+    let table = LeaseTable::new(
+        definition,
+        WorkerLimits {
+            reserved: l.reserved,
+            ceiling,
+            ttl: l.ttl,
+            idle_grace: l.idle_grace,
+        },
+    );
+    // A round at least twice per safety margin, minus a tick for the rate to apply.
+    let interval =
+        std::time::Duration::from_millis(500).min((l.ttl / 20).saturating_sub(tick).max(tick));
+    let member = member_id();
+    tracing::info!(
+        pool = %l.pool,
+        %member,
+        generation = definition.generation,
+        "sharing {} rec/s in {} leases{}",
+        definition.capacity,
+        definition.partitions,
+        ceiling.map_or(String::new(), |c| format!(", using at most {c} rec/s (rate.records_per_second)"))
+    );
+    LeaseKeeper::new(store, table, member, rate, stats, interval)
+}
+
+/// `sluice leases resize`: a new definition (and generation) for the pool.
+async fn resize(args: ResizeArgs) -> u8 {
+    let (config, origin) = match load(&args.config, &Overrides::default()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let Some(l) = &config.leases else {
+        say!("sluice: {origin} has no [leases] section");
+        return EXIT_CONFIG;
+    };
+    if l.by_assignment() {
+        say!(
+            "sluice: store = \"kafka\" keeps no pool definition to resize: set leases.capacity in every worker's configuration and restart them (each topic partition is read by one worker, so during the restart the sink sees at most the larger of the old and new capacity)"
+        );
+        return EXIT_CONFIG;
+    }
+    if args.capacity.is_none() && args.partitions.is_none() {
+        say!("sluice: leases resize needs --capacity and/or --partitions");
+        return EXIT_CONFIG;
+    }
+    if let Some(c) = args.capacity
+        && !(c.is_finite() && c > 0.0)
+    {
+        say!("sluice: --capacity must be a positive number, got {c}");
+        return EXIT_CONFIG;
+    }
+    if args.partitions == Some(0) {
+        say!("sluice: --partitions must be at least 1");
+        return EXIT_CONFIG;
+    }
+    // A deliberate change: the tables are created if this is the pool's first definition.
+    let store = match lease_store(l, false).await {
+        Ok(s) => s,
+        Err(e) => {
+            say!("sluice: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let old = match store.definition().await {
+        Ok(d) => d,
+        Err(e) => {
+            say!("sluice: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let base = old.unwrap_or(PoolDefinition {
+        capacity: l.capacity,
+        partitions: l.partitions,
+        generation: 0,
+    });
+    let capacity = args.capacity.unwrap_or(base.capacity);
+    let partitions = args.partitions.unwrap_or(base.partitions);
+    if old.is_some_and(|d| d.capacity == capacity && d.partitions == partitions) {
+        say!(
+            "sluice: pool {:?} is already {capacity} rec/s in {partitions} leases; nothing changed",
+            l.pool
+        );
+        return 0;
+    }
+    match store.resize(capacity, partitions).await {
+        Ok(new) => {
+            say!(
+                "sluice: pool {:?}: {} rec/s in {} leases -> {} rec/s in {} leases (generation {}). \
+                 Running workers give back their old leases at their next round; new ones are \
+                 granted once no old lease is left (within the ttl, {:?}). Set leases.capacity = {} \
+                 and leases.partitions = {} in every worker's configuration: a worker started \
+                 with other values refuses to.",
+                l.pool,
+                base.capacity,
+                base.partitions,
+                new.capacity,
+                new.partitions,
+                new.generation,
+                l.ttl,
+                new.capacity,
+                new.partitions
+            );
+            0
+        }
+        Err(e) => {
+            say!("sluice: {e}");
+            EXIT_RUNTIME
+        }
+    }
+}
+
+async fn show(args: ReportArgs) -> u8 {
+    let (config, origin) = match load(&args.config, &Overrides::default()) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let Some(l) = &config.leases else {
+        say!("sluice: {origin} has no [leases] section");
+        return EXIT_CONFIG;
+    };
+    let store = match lease_store(l, true).await {
+        Ok(s) => s,
+        Err(e) => {
+            say!("sluice: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    let (leases, members, stored) = match (
+        store.leases().await,
+        store.members().await,
+        store.definition().await,
+    ) {
+        (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            say!("sluice: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
+    // The store's definition is the pool's; the file's only until a worker stored it.
+    let (capacity, partitions, generation) = match stored {
+        Some(d) => (d.capacity, d.partitions, Some(d.generation)),
+        None => (l.capacity, l.partitions, None),
+    };
+    if args.json {
+        let doc = serde_json::json!({
+            "pool": l.pool, "capacity": capacity, "partitions": partitions,
+            "generation": generation, "leases": leases, "members": members,
+        });
+        println!("{doc}");
+        return 0;
+    }
+    let per = capacity / f64::from(partitions);
+    println!(
+        "pool {}: {} rec/s in {} partitions of {per:.1} rec/s ({})",
+        l.pool,
+        capacity,
+        partitions,
+        generation.map_or("not yet stored".to_string(), |g| format!("generation {g}"))
+    );
+    if stored.is_some_and(|d| check_definition(&l.pool, l.capacity, l.partitions, &d).is_err()) {
+        say!(
+            "sluice: {origin} differs from the stored definition: workers started with it refuse to start"
+        );
+    }
+    println!("{:>9}  {:<40} {:>12}", "partition", "holder", "expires in");
+    for p in 0..partitions {
+        match leases
+            .iter()
+            .find(|r| r.partition == p && r.expires_in_s > 0.0)
+        {
+            Some(r) => println!("{p:>9}  {:<40} {:>11.1}s", r.holder, r.expires_in_s),
+            None => println!("{p:>9}  {:<40} {:>12}", "(free)", "-"),
+        }
+    }
+    println!("members:");
+    for m in &members {
+        println!(
+            "  {:<40} holds {:>3}  wants more: {:<5}  seen {:.1}s ago",
+            m.member, m.held, m.wants_more, m.last_seen_s
+        );
+    }
+    0
+}

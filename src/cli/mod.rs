@@ -1,0 +1,139 @@
+//! The command line: parses flags, loads the configuration, hands each command to its
+//! module, and maps the outcome to exit codes (0 done, 1 runtime failure, 2 bad
+//! configuration or usage).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{Config, ConfigError, ConfigOrigin, Overrides};
+
+/// A line for the person at the terminal, with credentials redacted.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        eprintln!("{}", crate::redact::redact(&format!($($arg)*)))
+    };
+}
+
+mod config_file;
+mod ctl;
+mod inspect;
+mod leases;
+mod produce;
+mod run;
+
+const EXIT_RUNTIME: u8 = 1;
+const EXIT_CONFIG: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Drain a durable queue into a database without overrunning it"
+)]
+struct Cli {
+    /// Log line format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Drain the source into the sink.
+    Run(run::RunArgs),
+    /// Validate the configuration and reach everything `run` needs (source, sink,
+    /// dead-letter and lease stores, checkpoint directory), changing nothing.
+    Check(inspect::CheckArgs),
+    /// Write a commented starter configuration.
+    Init(config_file::InitArgs),
+    /// Show the lease pool: its definition, partitions, holders, expiries and members; or
+    /// change its definition (`sluice leases resize`).
+    Leases(leases::LeasesArgs),
+    /// Show the backlog, the rate this worker may use, how long the drain will take, and
+    /// what the health probes read now.
+    Plan(ReportArgs),
+    /// Operator controls of a running worker, through its telemetry listener: pause,
+    /// resume, the rate ceiling, the batch size, status. A change applies from the
+    /// worker's next tick and lasts until it exits (the configuration is the truth on
+    /// restart). The token is telemetry.token (or SLUICE_TELEMETRY__TOKEN).
+    Ctl(ctl::CtlArgs),
+    /// Emulate a capacity-limited database behind HTTP (429s, latency, outages).
+    SimSink(crate::sim_sink::SimSinkArgs),
+    /// Publish NDJSON lines to the configured queue, one message per line, keyed by
+    /// `sink.key`; prints how many the queue confirmed.
+    Produce(produce::ProduceArgs),
+    /// The configuration file itself: `sluice config schema`.
+    Config {
+        #[command(subcommand)]
+        action: config_file::ConfigAction,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ReportArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct ConfigArgs {
+    /// Configuration file (TOML); `SLUICE_*` environment variables override it. Without
+    /// it: ./sluice.toml, the user's then the system's config directory, then the
+    /// built-in default.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    crate::logging::init(matches!(cli.log_format, LogFormat::Json));
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            say!("sluice: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_RUNTIME);
+        }
+    };
+    let code = match cli.command {
+        Command::Run(args) => runtime.block_on(run::run(args)),
+        Command::Check(args) => runtime.block_on(inspect::check(args)),
+        Command::Init(args) => config_file::init(args),
+        Command::Leases(args) => runtime.block_on(leases::command(args)),
+        Command::Plan(args) => runtime.block_on(inspect::plan(args)),
+        Command::SimSink(args) => runtime.block_on(crate::sim_sink::run(args)),
+        Command::Produce(args) => runtime.block_on(produce::produce(args)),
+        Command::Ctl(args) => runtime.block_on(ctl::ctl(args)),
+        Command::Config { action } => config_file::config(action),
+    };
+    // Do not wait for stdin readers or lingering connections on the way out.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    ExitCode::from(code)
+}
+
+fn load(args: &ConfigArgs, overrides: &Overrides) -> Result<(Config, ConfigOrigin), u8> {
+    let origin = ConfigOrigin::discover(args.config.as_deref());
+    tracing::info!("configuration: {origin}");
+    match Config::load_from(&origin, overrides) {
+        Ok(config) => Ok((config, origin)),
+        Err(e @ ConfigError::MissingFile(_)) => {
+            say!("sluice: {e}");
+            Err(EXIT_CONFIG)
+        }
+        Err(e) => {
+            say!("sluice: bad configuration ({origin}): {e}");
+            Err(EXIT_CONFIG)
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! `sluice run`: opens the source and the sink, wires the pipeline, drains, and reports
+//! what was done.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+
+use super::leases::{join_pool, lease_keeper};
+use super::{ConfigArgs, EXIT_CONFIG, EXIT_RUNTIME, load};
+use crate::backpressure::Backpressure;
+use crate::config::{Config, Overrides};
+use crate::control::cadence::Cadence;
+use crate::control::clock::TokioClock;
+use crate::control::lease_table::PoolDefinition;
+use crate::decode::Decoder;
+use crate::delivery::Delivery;
+use crate::lease::LeaseStore;
+use crate::pipeline::{Pipeline, RunOptions};
+use crate::progress::Progress;
+use crate::stats::{Stats, Summary};
+use crate::{shutdown, sink, source};
+
+#[derive(Debug, Args)]
+pub(super) struct RunArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Exit 0 once the source is drained and everything pulled is written or
+    /// dead-lettered. `start` (the default): drain what was there when the run began (end
+    /// offsets, queue depth, file size), leaving later records for the next run, so the
+    /// run ends even while producers outpace the sink. `caught-up`: also take what arrives
+    /// meanwhile, until nothing is left.
+    #[arg(long, value_enum, value_name = "WHEN", num_args = 0..=1, require_equals = true, default_missing_value = "start")]
+    until_empty: Option<UntilEmpty>,
+    /// Kafka, with --until-empty: read every partition of the topic by direct
+    /// assignment instead of joining the consumer group (no join wait: the first rows are
+    /// written within a second). Offsets are still committed to source.group, so a daemon
+    /// started later resumes where this run stopped. Refused (exit 2) while another
+    /// member of the group is active.
+    #[arg(long)]
+    direct_assignment: bool,
+    /// Stop pulling this long after the start (e.g. 10m), finish the batches in flight,
+    /// checkpoint and exit 0; the summary says how many records are left.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    deadline: Option<std::time::Duration>,
+    /// Stop after pulling this many records.
+    #[arg(long, value_name = "N")]
+    max_records: Option<u64>,
+    /// Print a summary of the run on stdout in this format.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    summary: Option<SummaryFormat>,
+    /// Overrides rate.records_per_second.
+    #[arg(long, value_name = "REC_PER_S")]
+    rate: Option<f64>,
+    /// Overrides source.path (file source; "-" is stdin).
+    #[arg(long, value_name = "PATH")]
+    input: Option<PathBuf>,
+    /// Overrides sink.url. A password here shows in `ps`: prefer SLUICE_SINK__URL or
+    /// sink.url_file.
+    #[arg(long, value_name = "URL")]
+    sink_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum UntilEmpty {
+    /// What the source held when the run began.
+    Start,
+    /// Until nothing is left, records arriving meanwhile included.
+    CaughtUp,
+}
+
+impl RunArgs {
+    fn extent(&self) -> source::Extent {
+        match self.until_empty {
+            None => source::Extent::Follow,
+            Some(UntilEmpty::Start) => source::Extent::AtStart,
+            Some(UntilEmpty::CaughtUp) => source::Extent::CaughtUp,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum SummaryFormat {
+    Json,
+}
+
+pub(super) async fn run(args: RunArgs) -> u8 {
+    let overrides = Overrides {
+        records_per_second: args.rate,
+        input: args.input.clone(),
+        sink_url: args.sink_url.clone(),
+    };
+    if let Some(url) = &args.sink_url
+        && carries_secret(url)
+    {
+        tracing::warn!(
+            "--sink-url carries a password or token, which any user can read in `ps`: set SLUICE_SINK__URL or sink.url_file instead"
+        );
+    }
+    let (config, _) = match load(&args.config, &overrides) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if args.max_records == Some(0) {
+        say!("sluice: --max-records must be at least 1");
+        return EXIT_CONFIG;
+    }
+    if args.direct_assignment {
+        if args.until_empty.is_none() {
+            say!(
+                "sluice: --direct-assignment is for one-shot runs (--until-empty): a daemon shares the partitions through the group"
+            );
+            return EXIT_CONFIG;
+        }
+        if config.source.kind != crate::config::SourceKind::Kafka {
+            say!("sluice: --direct-assignment applies to a Kafka source (source.kind = \"kafka\")");
+            return EXIT_CONFIG;
+        }
+    }
+    if args.deadline.is_some_and(|d| d.is_zero()) {
+        say!("sluice: --deadline must be longer than zero");
+        return EXIT_CONFIG;
+    }
+    // Found now, not after the first rows are written and the checkpoint cannot be saved.
+    if let Some(cp) = config.checkpoint_path()
+        && let Err(e) = crate::check::writable(&cp)
+    {
+        say!("sluice: source.checkpoint: {e}");
+        return EXIT_CONFIG;
+    }
+    let started = tokio::time::Instant::now();
+    // Join the pool before anything starts: a worker whose definition differs must not.
+    let pool = match &config.leases {
+        Some(l) if !l.by_assignment() => match join_pool(l).await {
+            Ok(joined) => Some(joined),
+            Err(EXIT_RUNTIME) => {
+                let mut summary = Stats::default().summary(started.elapsed());
+                summary.error = Some("cannot join the lease pool".into());
+                return report(&args, summary, EXIT_RUNTIME);
+            }
+            Err(code) => return code,
+        },
+        _ => None,
+    };
+    let stats = Arc::new(Stats::default());
+    let (code, summary) = match drain(&args, &config, pool, stats.clone()).await {
+        Ok(summary) => (0, summary),
+        Err(Failure { code, message }) => {
+            say!("sluice: {message}");
+            let mut summary = stats.summary(started.elapsed());
+            summary.error = Some(crate::redact::redact(&message));
+            (code, summary)
+        }
+    };
+    report(&args, summary, code)
+}
+
+/// Prints the summary, in every case, so that a job's log says what was done before it
+/// failed; returns `code`.
+fn report(args: &RunArgs, summary: Summary, code: u8) -> u8 {
+    say!("sluice: {summary}");
+    if let Some(SummaryFormat::Json) = args.summary {
+        println!(
+            "{}",
+            serde_json::to_string(&summary).expect("summary serializes")
+        );
+    }
+    code
+}
+
+/// Why a run failed, and its exit code.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure {
+            code: EXIT_RUNTIME,
+            message,
+        }
+    }
+}
+
+/// Opens the source and sink, wires the pipeline and runs it; the error says why it
+/// failed at whatever stage.
+async fn drain(
+    args: &RunArgs,
+    config: &Config,
+    pool: Option<(Arc<dyn LeaseStore>, PoolDefinition)>,
+    stats: Arc<Stats>,
+) -> Result<Summary, Failure> {
+    let started = tokio::time::Instant::now();
+    let deadline_reached = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut shutdown = shutdown::on_signals_or_deadline(
+        args.deadline.map(|d| started + d),
+        deadline_reached.clone(),
+    );
+    let source = source::open(config, args.extent(), args.direct_assignment)
+        .await
+        .map_err(|e| match e {
+            source::SourceError::Refused(why) => Failure {
+                code: EXIT_CONFIG,
+                message: why,
+            },
+            e => format!("cannot open the source: {e}").into(),
+        })?;
+    let Some(sink) = sink::open_when_ready(config, &mut shutdown)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        let mut summary = stats.summary(started.elapsed());
+        summary.deadline_reached = deadline_reached.load(std::sync::atomic::Ordering::Relaxed);
+        return Ok(summary);
+    };
+    // With leases the worker starts with its reserved rate and earns the rest.
+    let initial_rate = match &config.leases {
+        Some(l) if l.by_assignment() => l.reserved.max(1.0),
+        Some(l) => l.reserved,
+        None => config.rate.records_per_second,
+    };
+    let cadence = Cadence::new(initial_rate, config.rate.tick, TokioClock::default());
+    tracing::info!(
+        rate = initial_rate,
+        per_tick = cadence.quantum(),
+        tick = ?config.rate.tick,
+        "draining {} into {}",
+        config.source.describe(),
+        config.sink.table
+    );
+    let health = Arc::new(crate::health::Health::new(
+        &config.health.probe,
+        stats.clone(),
+    ));
+    let pipeline = Pipeline::new(
+        source,
+        sink.clone(),
+        Decoder::new(config.sink.key.clone())
+            .with_upsert(crate::sink::upsert::Upsert::from_config(&config.sink)),
+        cadence,
+        Delivery::new(sink, &config.retry, stats.clone())
+            .with_limit(Arc::new(
+                crate::control::limit::gate::LimitGate::new(config.concurrency.build())
+                    .with_cuts(config.concurrency.cuts_overdue()),
+            ))
+            .with_backpressure(Arc::new(Backpressure::new(
+                &config.throttle,
+                &config.retry,
+                &config.rate,
+                stats.clone(),
+            ))),
+        stats.clone(),
+        RunOptions {
+            until_empty: args.until_empty.is_some(),
+            max_records: args.max_records,
+            max_batch: config.sink.max_batch,
+            max_batch_bytes: config.sink.max_batch_bytes,
+            max_in_flight: config.concurrency.max,
+            grace: config.shutdown.grace,
+            capacity_by_share: config
+                .leases
+                .as_ref()
+                .filter(|l| l.by_assignment())
+                .map(|l| (l.capacity, l.reserved)),
+            rate_ceiling: config.rate_ceiling(),
+        },
+    )
+    .with_health(health.clone());
+    let probes = crate::health::probe::spawn_all(&config.health.probe, &config.sink, &health);
+    for probe in &config.health.probe {
+        tracing::info!(
+            "health probe {}: new writes held above {}, stopping above {}",
+            probe.name(),
+            probe.max(),
+            probe
+                .critical()
+                .map_or("(no critical limit)".to_string(), |c| c.to_string())
+        );
+    }
+    let (keeper_stop, keeper_shutdown) = shutdown::channel();
+    let keeper = match (&config.leases, pool) {
+        (Some(l), Some((store, definition))) => {
+            let keeper = lease_keeper(
+                l,
+                store,
+                definition,
+                config.rate_ceiling(),
+                config.rate.tick,
+                pipeline.target_rate(),
+                stats.clone(),
+            );
+            Some(keeper.spawn(keeper_shutdown))
+        }
+        _ => None,
+    };
+    let telemetry = match config.telemetry.listen {
+        None => None,
+        Some(listen) => {
+            let (addr, task) = crate::telemetry::server::serve(
+                listen,
+                stats.clone(),
+                pipeline.sink(),
+                health.clone(),
+                config.telemetry.token.clone(),
+            )
+            .await
+            .map_err(|e| format!("cannot listen on {listen} (telemetry.listen): {e}"))?;
+            tracing::info!("serving /metrics /healthz /readyz /control on http://{addr}");
+            if config.telemetry.token.is_none() && listen.ip().is_loopback() {
+                tracing::warn!(
+                    "telemetry.token is not set: any local user can pause or speed up this worker through http://{addr}/control"
+                );
+            }
+            Some(task)
+        }
+    };
+    let progress = Progress::start(stats.clone());
+    let mut result = pipeline.run(shutdown).await;
+    progress.finish();
+    for probe in probes {
+        probe.abort();
+    }
+    if deadline_reached.load(std::sync::atomic::Ordering::Relaxed) {
+        stats
+            .deadline_reached
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(summary) = &mut result {
+            summary.deadline_reached = true;
+        }
+    }
+    if let Some(t) = telemetry {
+        t.abort();
+    }
+    keeper_stop.trigger();
+    if let Some(k) = keeper {
+        let _ = k.await;
+    }
+    result.map_err(|e| e.to_string().into())
+}
+
+/// Whether a URL given on the command line carries a password or a secret query value.
+fn carries_secret(url: &str) -> bool {
+    reqwest::Url::parse(url).is_ok_and(|u| {
+        u.password().is_some()
+            || u.query_pairs()
+                .any(|(k, _)| crate::redact::is_secret_param(&k, true))
+    })
+}

@@ -1,0 +1,190 @@
+//! `[concurrency]`: how many writes may be in flight — a fixed number, or a limit that
+//! adapts to the sink's latency (aimd, vegas, gradient2) — and the limit it builds.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{MOST_IN_FLIGHT, MOST_WINDOW, Problems, schema};
+
+/// Where an adaptive concurrency limit starts unless told.
+const DEFAULT_INITIAL_LIMIT: usize = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ConcurrencyAlgorithm {
+    #[default]
+    Fixed,
+    Aimd,
+    Vegas,
+    Gradient2,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConcurrencyConfig {
+    pub algorithm: ConcurrencyAlgorithm,
+    /// Most batches in flight at once (the limit itself with `fixed`).
+    pub max: usize,
+    /// Where an adaptive limit starts (between `min` and `max`); unset: 4, or the nearest
+    /// of `min` and `max` when 4 is outside them.
+    pub initial: Option<usize>,
+    /// An adaptive limit's floor.
+    pub min: usize,
+    /// aimd: the latency the judged percentile must stay under.
+    #[schemars(with = "schema::HumanDuration")]
+    #[serde(with = "humantime_serde")]
+    pub target_latency: Duration,
+    /// aimd: the percentile of the window judged (0.95 = p95).
+    pub percentile: f64,
+    /// aimd: samples per judgement (at least `2 / (1 − percentile)`: 40 at p95).
+    pub window: usize,
+    /// aimd: added while under target and used; multiplied by on a miss or a drop.
+    pub increase: f64,
+    pub backoff_ratio: f64,
+    /// vegas, gradient2: share of a new estimate taken each time (1.0 = all).
+    pub smoothing: f64,
+    /// gradient2: how much slower than the long-term average is still fine.
+    pub tolerance: f64,
+    /// gradient2: writes allowed to queue at the sink.
+    pub queue: f64,
+    /// Adaptive algorithms: a write still running while the writes in flight exceed twice
+    /// the limit (or twice what the sink lately answered in good time) is cut after 4
+    /// typical round trips (at least 1 s), and writes sent again after no answer wait for
+    /// a place under the limit; `false` leaves every write to `sink.timeout`.
+    pub cut_overdue: bool,
+}
+
+impl Default for ConcurrencyConfig {
+    fn default() -> Self {
+        ConcurrencyConfig {
+            algorithm: ConcurrencyAlgorithm::Fixed,
+            max: 4,
+            initial: None,
+            min: 1,
+            target_latency: Duration::from_millis(200),
+            percentile: 0.95,
+            window: 10,
+            increase: 1.0,
+            backoff_ratio: 0.9,
+            smoothing: 0.2,
+            tolerance: 1.5,
+            queue: 1.0,
+            cut_overdue: true,
+        }
+    }
+}
+
+impl ConcurrencyConfig {
+    /// Whether overdue writes are cut: only a limit that adapts can act on the drop.
+    pub fn cuts_overdue(&self) -> bool {
+        self.cut_overdue && self.algorithm != ConcurrencyAlgorithm::Fixed
+    }
+
+    /// Where an adaptive limit starts.
+    pub fn initial(&self) -> usize {
+        self.initial
+            .unwrap_or(DEFAULT_INITIAL_LIMIT.max(self.min).min(self.max))
+    }
+
+    pub(super) fn validate(&self, p: &mut Problems) {
+        p.count("concurrency.max", self.max as u64, 1, MOST_IN_FLIGHT);
+        p.count("concurrency.min", self.min as u64, 1, MOST_IN_FLIGHT);
+        if self.min > self.max {
+            p.add(
+                "concurrency.min",
+                format!(
+                    "must not exceed concurrency.max ({} > {})",
+                    self.min, self.max
+                ),
+            );
+        }
+        if let Some(initial) = self.initial
+            && !(self.min..=self.max).contains(&initial)
+        {
+            p.add(
+                "concurrency.initial",
+                format!(
+                    "must be between concurrency.min and concurrency.max ({}..={}), got {initial}",
+                    self.min, self.max
+                ),
+            );
+        }
+        p.positive_duration("concurrency.target_latency", self.target_latency);
+        if !(self.percentile.is_finite() && self.percentile > 0.0 && self.percentile <= 1.0) {
+            p.add(
+                "concurrency.percentile",
+                format!("must be in (0, 1], got {}", self.percentile),
+            );
+        } else if self.percentile < 1.0 && 2.0 / (1.0 - self.percentile) > MOST_WINDOW as f64 {
+            // Judging a percentile p takes at least 2 / (1 − p) samples.
+            p.add(
+                "concurrency.percentile",
+                format!(
+                    "judging it would take more than {MOST_WINDOW} samples: at most {} (or 1)",
+                    1.0 - 2.0 / MOST_WINDOW as f64
+                ),
+            );
+        }
+        p.count("concurrency.window", self.window as u64, 1, MOST_WINDOW);
+        p.within(
+            "concurrency.increase",
+            self.increase,
+            0.0,
+            MOST_IN_FLIGHT as f64,
+        );
+        if !(self.backoff_ratio.is_finite() && self.backoff_ratio > 0.0 && self.backoff_ratio < 1.0)
+        {
+            p.add(
+                "concurrency.backoff_ratio",
+                format!(
+                    "must be between 0 and 1 (exclusive), got {}",
+                    self.backoff_ratio
+                ),
+            );
+        }
+        if !(self.smoothing.is_finite() && self.smoothing > 0.0 && self.smoothing <= 1.0) {
+            p.add(
+                "concurrency.smoothing",
+                format!("must be in (0, 1], got {}", self.smoothing),
+            );
+        }
+        p.within("concurrency.tolerance", self.tolerance, 1.0, 100.0);
+        p.within("concurrency.queue", self.queue, 0.0, MOST_IN_FLIGHT as f64);
+    }
+
+    /// The limit this configuration describes; `validate` has held `min ≤ initial ≤ max`.
+    pub fn build(&self) -> Box<dyn crate::control::limit::ConcurrencyLimit> {
+        use crate::control::limit::{aimd, fixed, gradient2, vegas};
+        let initial = self.initial();
+        match self.algorithm {
+            ConcurrencyAlgorithm::Fixed => Box::new(fixed::FixedLimit(self.max)),
+            ConcurrencyAlgorithm::Aimd => Box::new(aimd::AimdLimit::new(
+                initial,
+                self.min,
+                self.max,
+                self.increase,
+                self.backoff_ratio,
+                self.target_latency,
+                self.percentile,
+                self.window,
+            )),
+            ConcurrencyAlgorithm::Vegas => Box::new(vegas::VegasLimit::new(
+                initial,
+                self.min,
+                self.max,
+                self.smoothing,
+                rand::random(),
+            )),
+            ConcurrencyAlgorithm::Gradient2 => Box::new(gradient2::Gradient2Limit::new(
+                initial,
+                self.min,
+                self.max,
+                self.smoothing,
+                self.tolerance,
+                self.queue,
+            )),
+        }
+    }
+}

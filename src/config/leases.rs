@@ -1,0 +1,101 @@
+//! `[leases]`: one sink's capacity shared among workers — by leases in a PostgreSQL store,
+//! or by a Kafka group's assignment.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{LEAST_RATE, Problems, SourceKind, schema};
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeasesConfig {
+    /// Where leases live: a `postgres://` URL; or `"kafka"`: the capacity follows the
+    /// consumer group's assignment (capacity × assigned / topic partitions), no store.
+    #[serde(default)]
+    pub store: String,
+    /// A file holding `store` (a URL with a password stays out of the config and `ps`).
+    pub store_file: Option<PathBuf>,
+    /// The shared capacity's name; workers with the same pool share it.
+    #[serde(default)]
+    pub pool: String,
+    /// Records per second the sink takes in total.
+    pub capacity: f64,
+    /// The capacity is cut into this many equal leases.
+    #[serde(default)]
+    pub partitions: u32,
+    #[schemars(with = "schema::HumanDuration")]
+    #[serde(with = "humantime_serde", default = "default_lease_ttl")]
+    pub ttl: Duration,
+    /// Records per second this worker may use without a lease.
+    #[serde(default)]
+    pub reserved: f64,
+    /// Leases are given back after this long without demand.
+    #[schemars(with = "schema::HumanDuration")]
+    #[serde(with = "humantime_serde", default = "default_idle_grace")]
+    pub idle_grace: Duration,
+}
+
+impl LeasesConfig {
+    /// The capacity is divided by the Kafka group's assignment, not by leases in a store.
+    pub fn by_assignment(&self) -> bool {
+        self.store == "kafka"
+    }
+
+    pub(super) fn validate(&self, source: SourceKind, p: &mut Problems) {
+        if !(self.capacity.is_finite() && self.capacity >= LEAST_RATE) {
+            p.add(
+                "leases.capacity",
+                format!(
+                    "must be a number of at least {LEAST_RATE}, got {}",
+                    self.capacity
+                ),
+            );
+        }
+        if !(self.reserved.is_finite() && self.reserved >= 0.0) {
+            p.add(
+                "leases.reserved",
+                format!("must be zero or more, got {}", self.reserved),
+            );
+        }
+        p.at_most_a_year("leases.idle_grace", self.idle_grace);
+        if self.by_assignment() {
+            if source != SourceKind::Kafka {
+                p.add(
+                    "leases.store",
+                    "\"kafka\" divides the capacity by a Kafka group's assignment: it needs kind = \"kafka\" in [source]",
+                );
+            }
+            return;
+        }
+        if !(self.store.starts_with("postgres://") || self.store.starts_with("postgresql://")) {
+            p.add("leases.store", "must be a postgres:// URL or \"kafka\"");
+        } else {
+            p.check(crate::sink::postgres::tls::validate_url(
+                &self.store,
+                "leases.store",
+            ));
+        }
+        // Partitions are numbered with PostgreSQL integers.
+        p.count(
+            "leases.partitions",
+            u64::from(self.partitions),
+            1,
+            i32::MAX as u64,
+        );
+        if self.ttl < Duration::from_secs(1) {
+            p.add("leases.ttl", "must be at least 1s");
+        }
+        p.at_most_a_year("leases.ttl", self.ttl);
+    }
+}
+
+fn default_lease_ttl() -> Duration {
+    Duration::from_secs(15)
+}
+
+fn default_idle_grace() -> Duration {
+    Duration::from_secs(5)
+}

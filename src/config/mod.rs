@@ -1,0 +1,258 @@
+//! Configuration: TOML file, then `SLUICE_*` environment variables (`__` = nesting), then
+//! command-line flags. Everything is validated before anything starts, so a typo exits 2
+//! with the key named instead of failing half-way through a drain.
+
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub mod aperture;
+mod balance;
+mod bounds;
+mod concurrency;
+pub mod discovery;
+mod environment;
+pub mod health;
+mod http_sink;
+pub mod kinds;
+mod leases;
+pub mod origin;
+mod problems;
+mod rate;
+mod retry;
+pub mod schema;
+mod secrets;
+mod shutdown;
+mod sink;
+mod source;
+mod telemetry;
+mod throttle;
+
+pub use balance::{BalanceConfig, EndpointConfig};
+pub use bounds::{LEAST_RATE, MOST_BATCH, MOST_IN_FLIGHT, MOST_RECORD_BYTES, MOST_WINDOW};
+pub use concurrency::{ConcurrencyAlgorithm, ConcurrencyConfig};
+use environment::{kafka_properties_from_env, unknown_variables};
+pub use health::HealthConfig;
+pub use http_sink::{DeadLetterConfig, HttpFormat};
+pub use leases::LeasesConfig;
+pub use problems::Problems;
+#[cfg(test)]
+pub use problems::only_key;
+pub use rate::RateConfig;
+pub use retry::RetryConfig;
+pub use secrets::RedactConfig;
+pub use shutdown::ShutdownConfig;
+pub use sink::{SinkConfig, SinkKind};
+pub use source::{PropertyValue, SourceConfig, SourceKind};
+pub use telemetry::TelemetryConfig;
+pub use throttle::ThrottleConfig;
+
+pub use origin::ConfigOrigin;
+
+/// A configuration that cannot be used; always names the offending key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration file {0} not found")]
+    MissingFile(PathBuf),
+    #[error("{0}")]
+    Parse(String),
+    #[error("{key}: {message}")]
+    Invalid { key: &'static str, message: String },
+    /// More than one problem, each naming its key.
+    #[error("{}", problems::list(.0))]
+    Several(Vec<ConfigError>),
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(key: &'static str, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key,
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub source: SourceConfig,
+    pub sink: SinkConfig,
+    #[serde(default)]
+    pub rate: RateConfig,
+    #[serde(default)]
+    pub retry: RetryConfig,
+    #[serde(default)]
+    pub concurrency: ConcurrencyConfig,
+    #[serde(default)]
+    pub shutdown: ShutdownConfig,
+    #[serde(default)]
+    pub throttle: ThrottleConfig,
+    /// Share one sink's capacity among workers; without it the rate is static.
+    pub leases: Option<LeasesConfig>,
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+    /// Database-health probes that hold or stop the writes (`[[health.probe]]`).
+    #[serde(default)]
+    pub health: HealthConfig,
+    /// Whether `rate.records_per_second` was set rather than defaulted.
+    #[serde(skip)]
+    rate_set: bool,
+    #[serde(default)]
+    pub redact: RedactConfig,
+}
+
+impl Config {
+    /// The worker's own ceiling on a leased or shared rate: `rate.records_per_second` when it
+    /// was set. Without `[leases]` that rate is simply the worker's rate.
+    pub fn rate_ceiling(&self) -> Option<f64> {
+        self.rate_set.then_some(self.rate.records_per_second)
+    }
+}
+
+/// Values given on the command line; they win over the file and the environment.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Overrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records_per_second: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sink_url: Option<String>,
+}
+
+impl Config {
+    /// Reads `path`, applies `SLUICE_*` variables and the flags, and validates the result.
+    pub fn load(path: &Path, overrides: &Overrides) -> Result<Config, ConfigError> {
+        Self::load_from(&ConfigOrigin::file(path), overrides)
+    }
+
+    /// Reads the configuration `origin` names (a file or the built-in default), applies
+    /// `SLUICE_*` variables and the flags, and validates the result.
+    pub fn load_from(origin: &ConfigOrigin, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let base = match origin.path() {
+            Some(path) if !path.is_file() => {
+                return Err(ConfigError::MissingFile(path.to_path_buf()));
+            }
+            Some(path) => Toml::file_exact(path),
+            None => Toml::string(origin::BUILT_IN),
+        };
+        let mut figment = Figment::new()
+            .merge(base)
+            // Every key lives in a section, so `SLUICE_SECTION__KEY`; variables without `__`
+            // (SLUICE_LOG) are not configuration. librdkafka's dotted property names cannot
+            // be nested keys: they come in below, one variable each.
+            .merge(
+                Env::prefixed("SLUICE_")
+                    .filter(|k| {
+                        k.as_str().contains("__")
+                            && !k
+                                .as_str()
+                                .to_ascii_uppercase()
+                                .starts_with(environment::KAFKA_PROPERTY_VARS)
+                    })
+                    .split("__"),
+            );
+        let properties = kafka_properties_from_env(std::env::vars());
+        if !properties.is_empty() {
+            figment = figment.merge(Serialized::default("source.properties", properties));
+        }
+        for name in unknown_variables(std::env::vars().map(|(k, _)| k)) {
+            tracing::warn!(
+                "{name} is not a sluice variable and is ignored (configuration keys are SLUICE_SECTION__KEY, with two underscores)"
+            );
+        }
+        if let Some(rate) = overrides.records_per_second {
+            figment = figment.merge(Serialized::default("rate.records_per_second", rate));
+        }
+        if let Some(input) = &overrides.input {
+            figment = figment.merge(Serialized::default("source.path", input));
+        }
+        if let Some(url) = &overrides.sink_url {
+            figment = figment.merge(Serialized::default("sink.url", url));
+        }
+        let mut config: Config = figment.extract().map_err(describe_figment_error)?;
+        config.rate_set = figment.find_value("rate.records_per_second").is_ok();
+        let mut problems = Problems::default();
+        kinds::refuse_other_kinds_keys(&figment, &config, &mut problems);
+        // A URL left unread from its file would only be reported again as missing.
+        match config.read_secret_files() {
+            Ok(()) => problems.check(config.validate()),
+            Err(e) => problems.push(e),
+        }
+        problems.into_result()?;
+        config.register_secrets();
+        if let Some(tls) = &config.source.tls {
+            tls.warn_if_insecure(&crate::tls::SOURCE_KEYS, "the source");
+        }
+        if let Some(tls) = &config.sink.tls {
+            tls.warn_if_insecure(&crate::tls::SINK_KEYS, "the sink");
+        }
+        let property = |name: &str| config.source.properties.get(name).map(|v| v.to_string());
+        if property("enable.ssl.certificate.verification").as_deref() == Some("false") {
+            tracing::warn!(
+                "source.properties enable.ssl.certificate.verification = false: the Kafka connection accepts ANY certificate; it is encrypted but not authenticated"
+            );
+        }
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: ranges, relations between keys, pointers, files that must
+    /// exist. Every problem is reported, not only the first.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut p = Problems::default();
+        self.source.validate(&mut p);
+        self.sink.validate(self.source.kind, &mut p);
+        self.rate.validate(&mut p);
+        self.retry.validate(&mut p);
+        self.concurrency.validate(&mut p);
+        self.throttle.validate(&mut p);
+        self.shutdown.validate(&mut p);
+        if let Some(leases) = &self.leases {
+            leases.validate(self.source.kind, &mut p);
+        }
+        self.telemetry.validate(&mut p);
+        self.health.validate(&self.sink, &mut p);
+        p.into_result()
+    }
+
+    /// Where the file source keeps its acknowledged offset.
+    pub fn checkpoint_path(&self) -> Option<PathBuf> {
+        let path = self.source.path.as_ref()?;
+        if path.as_os_str() == "-" {
+            return None;
+        }
+        Some(self.source.checkpoint.clone().unwrap_or_else(|| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(".sluice-checkpoint");
+            PathBuf::from(name)
+        }))
+    }
+}
+
+/// Figment's messages name the key but also the profile ("default."); drop that noise.
+fn describe_figment_error(err: figment::Error) -> ConfigError {
+    let messages: Vec<String> = err
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let origin = e
+                .metadata
+                .as_ref()
+                .and_then(|m| m.source.as_ref().map(|s| format!(" (from {s})")))
+                .or_else(|| e.metadata.as_ref().map(|m| format!(" (from {})", m.name)))
+                .unwrap_or_default();
+            if key.is_empty() {
+                format!("{}{origin}", e.kind)
+            } else {
+                format!("{key}: {}{origin}", e.kind)
+            }
+        })
+        .collect();
+    ConfigError::Parse(messages.join("; "))
+}
+
+#[cfg(test)]
+mod tests;

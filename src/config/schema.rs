@@ -1,0 +1,268 @@
+//! `sluice config schema`: the JSON Schema of the configuration file, derived from the same
+//! serde types that read it, so an editor (Taplo, Even Better TOML) completes and checks
+//! `sluice.toml` with the keys, defaults and doc comments sluice itself uses.
+//!
+//! A few settings types live in modules that do not derive `JsonSchema` themselves (the
+//! balancer's strategy and aperture mode in `control/`, the http sink's response contract,
+//! the Elasticsearch settings); their shape is written out here once, and the tests below
+//! hold each copy to the type it describes.
+
+use std::borrow::Cow;
+
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::Deserialize;
+
+use super::Config;
+
+/// The configuration's JSON Schema (draft 7, the draft editors' TOML tools read).
+pub fn json() -> serde_json::Value {
+    let mut schema = SchemaSettings::draft07()
+        .into_generator()
+        .into_root_schema_for::<Config>();
+    schema.insert("title".into(), "sluice configuration".into());
+    schema.insert(
+        "description".into(),
+        "sluice.toml: a source, a sink, and how fast the sink may be written to. Every key can also be set by a SLUICE_SECTION__KEY environment variable.".into(),
+    );
+    let mut value = schema.to_value();
+    single_enums(&mut value);
+    value
+}
+
+/// `{"const": x}` → `{"enum": [x]}`: the same constraint in the words of draft 4, which
+/// older Taplo releases read (they ignore `const`, and a `oneOf` of documented enum
+/// variants would then match every variant at once).
+fn single_enums(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(constant) = map.get("const").filter(|c| !c.is_object()).cloned() {
+                map.remove("const");
+                map.insert("enum".into(), serde_json::Value::Array(vec![constant]));
+            }
+            map.values_mut().for_each(single_enums);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(single_enums),
+        _ => {}
+    }
+}
+
+/// The schema as printed: indented JSON and a final newline.
+pub fn text() -> String {
+    let mut text = serde_json::to_string_pretty(&json()).expect("a schema is plain JSON");
+    text.push('\n');
+    text
+}
+
+/// A duration as written in the file: humantime's "200ms", "15s", "1h 30m".
+pub struct HumanDuration;
+
+impl JsonSchema for HumanDuration {
+    fn schema_name() -> Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "string",
+            "description": "A duration: a number and a unit (ns, us, ms, s, m, h, d), e.g. \"200ms\", \"15s\", \"1h 30m\".",
+            "examples": ["200ms", "15s", "1h 30m"],
+        })
+    }
+}
+
+// `control::balance::balancer::Strategy` as written.
+/// How each write picks one of the sink's endpoints.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+#[schemars(rename = "Strategy")]
+pub enum Strategy {
+    /// Each endpoint in turn.
+    RoundRobin,
+    /// The endpoint with the fewest requests in flight.
+    LeastLoaded,
+    /// The less loaded of two endpoints picked at random.
+    P2c,
+    /// The faster of two endpoints picked at random, by peak-EWMA latency (the default).
+    P2cEwma,
+    /// P2C by requests in flight within a subset sized by load (`aperture`).
+    Aperture,
+}
+
+// `control::balance::aperture::Mode` as written.
+/// How the aperture's subset of endpoints is chosen.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+#[schemars(rename = "ApertureMode")]
+pub enum ApertureMode {
+    /// The first endpoints of an order of this worker's own (a seeded shuffle): workers
+    /// pick independently, so some endpoints may serve more workers than others.
+    Random,
+    /// An arc of the ring by the worker's index and the number of workers.
+    Deterministic,
+}
+
+// `sink::http::contract::ResponseContract` as written.
+/// How a 2xx answer says which records were taken, for a sink that takes part of a batch.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "ResponseContract")]
+pub struct ResponseContract {
+    /// JSON pointer to the results array in the answer.
+    pub results: String,
+    /// JSON pointer, inside a result, to the key of the record it is about.
+    pub id: Option<String>,
+    /// JSON pointer, inside a result, to its code.
+    pub status: Option<String>,
+    /// JSON pointer, inside a result, to a message for the dead letter.
+    pub message: Option<String>,
+    /// The outcome of a result that has no code (default "written").
+    #[serde(default)]
+    pub absent: Option<Verdict>,
+    /// Codes that mean the record was written.
+    #[serde(default)]
+    pub written: Vec<Code>,
+    /// Codes that mean the record was already there.
+    #[serde(default)]
+    pub duplicate: Vec<Code>,
+    /// Codes that mean "slow down".
+    #[serde(default)]
+    pub throttled: Vec<Code>,
+    /// Codes retried, then dead-lettered after `retry.max_attempts`.
+    #[serde(default)]
+    pub retry: Vec<Code>,
+    /// Codes dead-lettered at once.
+    #[serde(default)]
+    pub permanent: Vec<Code>,
+}
+
+/// A result's code as configured: `"ThrottlingException"` or `429`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Code {
+    Number(u64),
+    Text(String),
+}
+
+/// What a result means for its record.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Written,
+    Duplicate,
+    Throttled,
+    Retry,
+    Permanent,
+}
+
+// `sink::elasticsearch::settings::ElasticsearchSettings` as written.
+/// The index records are written to, and the bulk action each is sent with.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "ElasticsearchSettings")]
+pub struct ElasticsearchSettings {
+    /// The target index (or data stream, or alias). `{/pointer}` in it is replaced by that
+    /// field of each record, for date-suffixed indexes.
+    pub index: String,
+    /// The bulk action each record is sent with (default "create").
+    #[serde(default)]
+    pub op: Option<BulkOp>,
+}
+
+/// The bulk action each record is sent with.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BulkOp {
+    /// Fails with 409 if the id exists: a redelivered record is counted as a duplicate.
+    Create,
+    /// Adds or replaces: a redelivered record overwrites its document.
+    Index,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// Each value a copy above accepts, the type it describes accepts too.
+    fn both_read<Copy: for<'de> Deserialize<'de>, Real: for<'de> Deserialize<'de>>(v: Value) {
+        assert!(serde_json::from_value::<Copy>(v.clone()).is_ok(), "{v}");
+        assert!(serde_json::from_value::<Real>(v.clone()).is_ok(), "{v}");
+    }
+
+    fn variants<T: JsonSchema>() -> Vec<Value> {
+        let schema = schemars::schema_for!(T).to_value();
+        let mut names = Vec::new();
+        for one in schema["oneOf"].as_array().into_iter().flatten() {
+            names.extend(one["enum"].as_array().into_iter().flatten().cloned());
+            names.extend(one.get("const").cloned());
+        }
+        names.extend(schema["enum"].as_array().into_iter().flatten().cloned());
+        assert!(!names.is_empty(), "{schema}");
+        names
+    }
+
+    #[test]
+    fn the_copies_name_what_the_real_types_read() {
+        use crate::control::balance::{aperture::Mode, balancer::Strategy as Real};
+        for name in variants::<Strategy>() {
+            both_read::<Strategy, Real>(name);
+        }
+        for name in variants::<ApertureMode>() {
+            both_read::<ApertureMode, Mode>(name);
+        }
+        for name in variants::<BulkOp>() {
+            both_read::<BulkOp, crate::sink::elasticsearch::settings::BulkOp>(name);
+        }
+        for name in variants::<Verdict>() {
+            both_read::<Verdict, crate::sink::http::contract::Verdict>(name);
+        }
+    }
+
+    #[test]
+    fn the_copies_read_what_the_real_types_write() {
+        use crate::sink::elasticsearch::settings::ElasticsearchSettings as RealEs;
+        use crate::sink::http::contract::ResponseContract as RealContract;
+        let contract = json!({
+            "results": "/items", "id": "/key", "status": "/code", "message": "/why",
+            "absent": "retry", "written": [200, "OK"], "duplicate": [409],
+            "throttled": ["ThrottlingException"], "retry": [500], "permanent": [400],
+        });
+        let real: RealContract = serde_json::from_value(contract.clone()).unwrap();
+        both_read::<ResponseContract, RealContract>(serde_json::to_value(real).unwrap());
+        let es = json!({"index": "logs-{/day}", "op": "index"});
+        let real: RealEs = serde_json::from_value(es).unwrap();
+        both_read::<ElasticsearchSettings, RealEs>(serde_json::to_value(real).unwrap());
+        // A key the real type refuses, the copy refuses too.
+        let unknown = json!({"index": "x", "pipeline": "p"});
+        assert!(serde_json::from_value::<RealEs>(unknown.clone()).is_err());
+        assert!(serde_json::from_value::<ElasticsearchSettings>(unknown).is_err());
+    }
+
+    #[test]
+    fn the_schema_is_draft_7_and_describes_every_section() {
+        let schema = json();
+        assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+        let sections = schema["properties"].as_object().unwrap();
+        for section in [
+            "source",
+            "sink",
+            "rate",
+            "retry",
+            "concurrency",
+            "shutdown",
+            "throttle",
+            "leases",
+            "telemetry",
+            "health",
+            "redact",
+        ] {
+            assert!(sections.contains_key(section), "{section} missing");
+        }
+        assert_eq!(schema["additionalProperties"], false);
+        assert!(
+            !schema.to_string().contains("\"const\""),
+            "draft 4 readers ignore const"
+        );
+    }
+}

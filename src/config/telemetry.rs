@@ -1,0 +1,30 @@
+//! `[telemetry]`: where /metrics, /healthz, /readyz and the operator controls listen.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Problems;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Serve /metrics, /healthz, /readyz and the operator controls here, e.g.
+    /// "127.0.0.1:9898"; off when absent.
+    pub listen: Option<std::net::SocketAddr>,
+    /// The bearer token the operator controls (`sluice ctl`) require; without one, a
+    /// listener off loopback serves /metrics and health but refuses the controls (403).
+    /// SLUICE_TELEMETRY__TOKEN keeps it out of the file.
+    pub token: Option<String>,
+    /// A file holding `token`.
+    pub token_file: Option<PathBuf>,
+}
+
+impl TelemetryConfig {
+    pub(super) fn validate(&self, p: &mut Problems) {
+        if self.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            p.add("telemetry.token", "must not be empty");
+        }
+    }
+}

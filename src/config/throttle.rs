@@ -1,0 +1,79 @@
+//! `[throttle]`: how the worker learns what the sink takes, holds under it, probes above
+//! it, and pauses when the sink says so.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Problems, schema};
+
+/// How the worker learns what the sink takes and holds under it (see `control::sink_limit`),
+/// and how it pauses when the sink says so.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ThrottleConfig {
+    /// The share of a learned limit the worker holds.
+    pub hold: f64,
+    /// After an outage the worker resumes at this share of its rate (and climbs back
+    /// within half a second); a throttle with nothing measured cuts the rate to this share.
+    pub beta: f64,
+    /// The rate never drops below this share of the configured rate.
+    pub min_multiplier: f64,
+    /// Quiet time between probes above a learned limit.
+    #[schemars(with = "schema::HumanDuration")]
+    #[serde(with = "humantime_serde")]
+    pub probe_every: Duration,
+    /// A probe sends this multiple of the learned limit, for one second.
+    pub probe_gain: f64,
+    /// A Retry-After pause is stretched by a random share of itself, up to this.
+    pub pause_jitter: f64,
+    /// The longest pause on a throttle that does not say how long (503 without
+    /// Retry-After): how late the worker may notice that a sink which was down is back.
+    #[schemars(with = "schema::HumanDuration")]
+    #[serde(with = "humantime_serde")]
+    pub max_pause: Duration,
+}
+
+impl Default for ThrottleConfig {
+    fn default() -> Self {
+        ThrottleConfig {
+            hold: 0.97,
+            beta: 0.7,
+            min_multiplier: 0.05,
+            probe_every: Duration::from_secs(10),
+            probe_gain: 1.05,
+            pause_jitter: 0.2,
+            max_pause: Duration::from_millis(500),
+        }
+    }
+}
+
+impl ThrottleConfig {
+    pub(super) fn validate(&self, p: &mut Problems) {
+        let t = self;
+        let open_unit = |x: f64| x.is_finite() && x > 0.0 && x < 1.0;
+        if !open_unit(t.beta) {
+            p.add(
+                "throttle.beta",
+                format!("must be between 0 and 1 (exclusive), got {}", t.beta),
+            );
+        }
+        if !(t.min_multiplier.is_finite() && t.min_multiplier > 0.0 && t.min_multiplier <= 1.0) {
+            p.add(
+                "throttle.min_multiplier",
+                format!("must be in (0, 1], got {}", t.min_multiplier),
+            );
+        }
+        if !(t.hold.is_finite() && t.hold > 0.0 && t.hold <= 1.0) {
+            p.add(
+                "throttle.hold",
+                format!("must be in (0, 1], got {}", t.hold),
+            );
+        }
+        p.within("throttle.probe_gain", t.probe_gain, 1.0, 1000.0);
+        p.positive_duration("throttle.probe_every", t.probe_every);
+        p.within("throttle.pause_jitter", t.pause_jitter, 0.0, 1000.0);
+        p.positive_duration("throttle.max_pause", t.max_pause);
+    }
+}
