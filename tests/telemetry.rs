@@ -73,6 +73,10 @@ fn metrics_match_the_sink_and_health_endpoints_answer() {
         metric(&text, "sluice_rate_limit_records_per_second"),
         2_000.0
     );
+    // An SQLite file never throttles: the whole rate, no pause, no cut.
+    assert_eq!(metric(&text, "sluice_rate_multiplier"), 1.0);
+    assert_eq!(metric(&text, "sluice_throttle_pauses_total"), 0.0);
+    assert_eq!(metric(&text, "sluice_rate_cuts_total"), 0.0);
     assert_eq!(get(&format!("{base}/healthz")).0, 200);
     let (code, body) = get(&format!("{base}/readyz"));
     assert_eq!(code, 200, "{body}");

@@ -156,6 +156,12 @@ pub fn render(stats: &Stats) -> String {
     counter!("sluice_throttle_events_total").absolute(stats.throttled.load(Relaxed));
     counter!("sluice_retries_total").absolute(stats.retries.load(Relaxed));
     gauge!("sluice_rate_limit_records_per_second").set(stats.rate_limit.get());
+    counter!("sluice_rate_cuts_total").absolute(stats.rate_cuts.load(Relaxed));
+    gauge!("sluice_rate_multiplier").set(stats.rate_multiplier.get());
+    counter!("sluice_throttle_pauses_total").absolute(stats.pauses.load(Relaxed));
+    counter!("sluice_retry_after_total").absolute(stats.retry_afters.load(Relaxed));
+    gauge!("sluice_retry_after_last_seconds")
+        .set(stats.last_retry_after_ms.load(Relaxed) as f64 / 1000.0);
     let binding = stats.binding_unit();
     for unit in SinkUnit::ALL {
         let limit = stats.sink_limit(unit).get();
