@@ -209,15 +209,7 @@ async fn http(config: &Config, url: &str, timeout: Duration) -> Result<String, S
         if let Some(why) = crate::tls::certificate_refused(&e) {
             return format!("TLS handshake failed: {why}");
         }
-        let e = e.without_url();
-        let mut text = e.to_string();
-        let mut cause = std::error::Error::source(&e);
-        while let Some(c) = cause {
-            text.push_str(": ");
-            text.push_str(&c.to_string());
-            cause = c.source();
-        }
-        text
+        crate::sink::http::error_chain(e)
     })?;
     let status = answer.status();
     match status.as_u16() {

@@ -85,7 +85,7 @@ impl HttpSink {
             .apply_to_reqwest(builder)
             .map_err(fail)?
             .build()
-            .map_err(|e| fail(chain(e)))?;
+            .map_err(|e| fail(error_chain(e)))?;
         let mut url = reqwest::Url::parse(&config.url).map_err(|e| fail(e.to_string()))?;
         let protocol = match (config.kind, &config.elasticsearch) {
             (SinkKind::Elasticsearch, Some(settings)) => {
@@ -124,7 +124,7 @@ impl HttpSink {
     }
 
     fn unavailable(&self, e: reqwest::Error) -> WriteOutcome {
-        WriteOutcome::Unavailable(format!("{}: {}", self.shown_url, chain(e)))
+        WriteOutcome::Unavailable(format!("{}: {}", self.shown_url, error_chain(e)))
     }
 
     /// The whole request: sent, answered, the answer read to its end, and — for a sink
@@ -178,7 +178,7 @@ impl HttpSink {
         let mut answer = match sent {
             Ok(answer) => answer,
             Err(e) if e.is_builder() => {
-                return WriteOutcome::Fatal(format!("{}: {}", self.shown_url, chain(e)));
+                return WriteOutcome::Fatal(format!("{}: {}", self.shown_url, error_chain(e)));
             }
             // A certificate refused either way is no outage: waiting cannot fix it.
             Err(e) if crate::tls::certificate_refused(&e).is_some() => {
@@ -217,7 +217,7 @@ impl HttpSink {
                     return WriteOutcome::Unavailable(format!(
                         "{}: HTTP {status} cut short: {}",
                         self.shown_url,
-                        chain(e)
+                        error_chain(e)
                     ));
                 }
             }
@@ -343,7 +343,7 @@ impl Sink for HttpSink {
             .timeout(self.timeout.min(PROBE_TIMEOUT))
             .send()
             .await
-            .map_err(|e| format!("{}: {}", self.shown_url, chain(e)))?;
+            .map_err(|e| format!("{}: {}", self.shown_url, error_chain(e)))?;
         let status = answer.status();
         if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
             Err(format!("{}: HTTP {status}", self.shown_url))
@@ -360,7 +360,7 @@ impl Sink for HttpSink {
 }
 
 /// An error and its causes, without reqwest's copy of the URL (it could hold a password).
-fn chain(e: reqwest::Error) -> String {
+pub(crate) fn error_chain(e: reqwest::Error) -> String {
     let e = e.without_url();
     let mut text = e.to_string();
     let mut cause = std::error::Error::source(&e);

@@ -12,7 +12,7 @@
 //!
 //! A round with drops (429s, timeouts) cuts once, unsmoothed, by the writes pushed back
 //! (at most by half, the gradient's floor), and the level pushed back is probed again
-//! only after 1, 2, 4 … [`MAX_HOLD`] rounds below it while its probes keep failing, as
+//! only after 1, 2, 4 … 16 rounds below it while its probes keep failing, as
 //! Vegas and AIMD back off theirs. A hard limit shows no latency gradient at all: before,
 //! each round at 6 against a sink deferring above 5 cut to 4 (6 × 0.5 smoothed) and the
 //! allowance climbed back to 6 within four rounds, a deferral (and the worker's pause)
@@ -20,6 +20,7 @@
 
 use std::time::Duration;
 
+use super::pushed_back::PushedBack;
 use super::{ConcurrencyLimit, Sample, Window};
 
 /// An exponential average with a plain-average warm-up, as Netflix's ExpAvgMeasurement.
@@ -50,9 +51,6 @@ impl ExpAverage {
 /// still grows (1.05 × at a tolerance of 1.5).
 const GROWTH_BAND: f64 = 0.1;
 
-/// The most rounds a level that was pushed back at is held off for.
-const MAX_HOLD: u32 = 16;
-
 #[derive(Debug, Clone)]
 pub struct Gradient2Limit {
     estimated: f64,
@@ -65,12 +63,8 @@ pub struct Gradient2Limit {
     window: Window,
     /// Until latency first leaves the growth band: +1 per round, unsmoothed.
     slow_start: bool,
-    /// The most writes in flight of the last round the sink pushed back, while growth to
-    /// it is held off.
-    dropped_at: Option<usize>,
-    /// Rounds to wait below `dropped_at` before probing it again, and waited so far.
-    hold: u32,
-    held: u32,
+    /// The level the sink last pushed back at, and the wait before probing it again.
+    pushed_back: PushedBack,
 }
 
 impl Gradient2Limit {
@@ -100,21 +94,13 @@ impl Gradient2Limit {
             },
             window: Window::default(),
             slow_start: true,
-            dropped_at: None,
-            hold: 0,
-            held: 0,
+            pushed_back: PushedBack::default(),
         }
     }
 
     /// A round with `drops` of its writes pushed back, at most `inflight` in flight.
     fn pushed_back(&mut self, inflight: usize, drops: usize) {
-        if self.dropped_at == Some(inflight) {
-            self.hold = (self.hold * 2).clamp(1, MAX_HOLD);
-        } else {
-            self.hold = 1;
-        }
-        self.held = 0;
-        self.dropped_at = Some(inflight);
+        self.pushed_back.pushed_back(inflight);
         self.slow_start = false;
         let cut = (drops as f64).min(self.estimated / 2.0);
         self.estimated = (self.estimated - cut)
@@ -125,11 +111,7 @@ impl Gradient2Limit {
     /// Sets the limit to `new` unless that would probe a level pushed back at before its
     /// hold is over.
     fn grow_to(&mut self, new: f64) {
-        let probes = self
-            .dropped_at
-            .is_some_and(|at| new as usize >= at && new > self.estimated);
-        if probes && self.held < self.hold {
-            self.held += 1;
+        if !self.pushed_back.allows(self.estimated, new) {
             return;
         }
         self.estimated = new.max(self.min as f64).min(self.max as f64);
@@ -166,9 +148,7 @@ impl ConcurrencyLimit for Gradient2Limit {
             self.pushed_back(s.inflight, s.drops);
             return;
         }
-        if self.dropped_at.is_some_and(|at| s.inflight >= at) {
-            self.dropped_at = None; // the probe held
-        }
+        self.pushed_back.ran(s.inflight);
         if (s.inflight as f64) < self.estimated / 2.0 {
             return;
         }

@@ -6,6 +6,7 @@ pub mod aimd;
 pub mod fixed;
 pub mod gate;
 pub mod gradient2;
+mod pushed_back;
 pub mod vegas;
 
 use std::time::Duration;

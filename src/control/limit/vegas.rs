@@ -22,10 +22,8 @@
 
 use std::time::Duration;
 
+use super::pushed_back::PushedBack;
 use super::{ConcurrencyLimit, Sample, Window};
-
-/// The most rounds a level that was pushed back at is held off for.
-const MAX_HOLD: u32 = 16;
 
 /// A round whose fastest write was within this share of the no-load latency confirms it:
 /// the probe that would drain to the minimum is skipped (as BBR probes its minimum RTT
@@ -49,11 +47,8 @@ pub struct VegasLimit {
     rng: u64,
     window: Window,
     /// The writes in flight when the sink last pushed back: growth at or above it is
-    /// the gentle one (as a loss ends TCP's slow start).
-    dropped_at: Option<usize>,
-    /// Rounds to wait below `dropped_at` before probing it again, and waited so far.
-    hold: u32,
-    held: u32,
+    /// the gentle one (as a loss ends TCP's slow start), and waits before probing it.
+    pushed_back: PushedBack,
     /// Since the last probe, a round ran at the no-load latency.
     floor_seen: bool,
 }
@@ -79,9 +74,7 @@ impl VegasLimit {
             probing: None,
             rng: seed | 1,
             window: Window::default(),
-            dropped_at: None,
-            hold: 0,
-            held: 0,
+            pushed_back: PushedBack::default(),
             floor_seen: false,
         };
         v.reset_probe_jitter();
@@ -112,13 +105,7 @@ impl VegasLimit {
         let threshold = log10(limit);
         if dropped {
             // A push-back is no estimate to smooth: cut at once.
-            if self.dropped_at == Some(inflight) {
-                self.hold = (self.hold * 2).clamp(1, MAX_HOLD);
-            } else {
-                self.hold = 1;
-            }
-            self.held = 0;
-            self.dropped_at = Some(inflight);
+            self.pushed_back.pushed_back(inflight);
             // By the writes pushed back in the round (what the sink would not take), at
             // least Netflix's log10: after an overshoot to 37 against a rate limit, one a
             // round is 28 rounds back to 9 (52.8 requests/s there, against 57.0).
@@ -127,10 +114,11 @@ impl VegasLimit {
             return;
         }
         // + beta only while it stays below the level that was pushed back.
-        let aggressive = self.dropped_at.is_none_or(|at| limit + beta < at as f64);
-        if self.dropped_at.is_some_and(|at| inflight >= at) {
-            self.dropped_at = None; // the probe held
-        }
+        let aggressive = self
+            .pushed_back
+            .level()
+            .is_none_or(|at| limit + beta < at as f64);
+        self.pushed_back.ran(inflight);
         let new = if ((inflight * 2) as f64) < limit {
             return; // the limit is not what holds us back
         } else if queue <= threshold && aggressive {
@@ -145,11 +133,7 @@ impl VegasLimit {
         };
         let new = new.clamp(self.min as f64, self.max as f64);
         let new = (1.0 - smoothing) * limit + smoothing * new;
-        let probes = self
-            .dropped_at
-            .is_some_and(|at| new as usize >= at && new > limit);
-        if probes && self.held < self.hold {
-            self.held += 1;
+        if !self.pushed_back.allows(limit, new) {
             return;
         }
         self.estimated = new;
