@@ -13,7 +13,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use governor::clock::{Clock, FakeRelativeClock};
 use sluice::backpressure::Backpressure;
 use sluice::config::{
-    ConcurrencyAlgorithm, ConcurrencyConfig, RateConfig, RetryConfig, ThrottleConfig,
+    Backoffs, ConcurrencyAlgorithm, ConcurrencyConfig, RateConfig, RetryConfig, ThrottleConfig,
 };
 use sluice::control::cadence::Cadence;
 use sluice::control::clock::TokioClock;
@@ -66,6 +66,7 @@ impl Worker {
             &ThrottleConfig::default(),
             &RetryConfig::default(),
             &rate_config,
+            Backoffs::new(&RetryConfig::default(), &ThrottleConfig::default()).outage,
             stats.clone(),
         );
         pressure.set_ceiling(cadence.rate());

@@ -63,9 +63,9 @@ impl Backpressure {
         throttle: &ThrottleConfig,
         retry: &RetryConfig,
         rate: &RateConfig,
+        outage: Backoff,
         stats: Arc<Stats>,
     ) -> Self {
-        let outage = Backoff::new(retry.min_delay, throttle.max_pause, retry.factor);
         let params = ThrottleParams {
             window: rate.tick,
             pause_jitter: throttle.pause_jitter,
@@ -103,9 +103,8 @@ impl Backpressure {
 
     /// The same pause jitter on every run, for scenarios that must replay exactly; a
     /// worker draws its seed at random so that many workers do not pause in step.
-    pub fn seeded(self, seed: u64) -> Self {
+    pub fn reseed(&self, seed: u64) {
         self.lock().rng = StdRng::seed_from_u64(seed);
-        self
     }
 
     /// How long a write waits before attempt `attempt` (1 = first retry) of an outage.

@@ -9,9 +9,7 @@
 use std::sync::Arc;
 
 use crate::backpressure::Backpressure;
-use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
-use crate::control::limit::fixed::FixedLimit;
 use crate::control::limit::gate::LimitGate;
 use crate::control::sink_limit::{Refused, Unit};
 use crate::control::unexplained::UnexplainedFailures;
@@ -49,37 +47,24 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// A delivery with the default `[throttle]` and `[rate]` settings; the pipeline sets the
-    /// ceiling to its cadence's rate. The worker shares one configured [`Backpressure`]
-    /// among its deliveries through [`Delivery::with_backpressure`].
-    pub fn new(sink: Arc<dyn Sink>, retry: &RetryConfig, stats: Arc<Stats>) -> Self {
-        let pressure = Backpressure::new(
-            &ThrottleConfig::default(),
-            retry,
-            &RateConfig::default(),
-            stats.clone(),
-        );
+    /// Built by [`crate::write_path::WritePath`], which shares `pressure` and `gate` with
+    /// the pipeline; `retry` is the backoff between attempts at a failed batch.
+    pub(crate) fn new(
+        sink: Arc<dyn Sink>,
+        retry: Backoff,
+        max_attempts: u32,
+        pressure: Arc<Backpressure>,
+        gate: Arc<LimitGate>,
+        stats: Arc<Stats>,
+    ) -> Self {
         Delivery {
             sink,
-            backoff: Backoff::new(retry.min_delay, retry.max_delay, retry.factor),
-            max_attempts: retry.max_attempts,
-            pressure: Arc::new(pressure),
-            gate: Arc::new(LimitGate::new(Box::new(FixedLimit(usize::MAX)))),
+            backoff: retry,
+            max_attempts,
+            pressure,
+            gate,
             stats,
         }
-    }
-
-    pub fn with_backpressure(self, pressure: Arc<Backpressure>) -> Self {
-        Delivery { pressure, ..self }
-    }
-
-    /// Reports every write to `gate`, whose limit the pipeline then admits batches by.
-    pub fn with_limit(self, gate: Arc<LimitGate>) -> Self {
-        Delivery { gate, ..self }
-    }
-
-    pub fn gate(&self) -> Arc<LimitGate> {
-        self.gate.clone()
     }
 
     /// One write, measured: its latency and outcome feed the concurrency limit and the
@@ -114,10 +99,6 @@ impl Delivery {
         let label = outcome.as_ref().map_or("cut", |o| o.label());
         metrics::counter!(REQUESTS, "outcome" => label).increment(1);
         (outcome, inflight)
-    }
-
-    pub fn backpressure(&self) -> Arc<Backpressure> {
-        self.pressure.clone()
     }
 
     /// Settles the batch; returns the positions that may now be acknowledged.
@@ -525,6 +506,8 @@ pub fn row_bytes(rows: &[Row]) -> u64 {
 }
 
 mod dead_letter_store;
+#[cfg(test)]
+mod item_tests;
 mod piece;
 #[cfg(test)]
 mod tests;

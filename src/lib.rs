@@ -26,3 +26,4 @@ pub mod source;
 pub mod stats;
 pub mod telemetry;
 pub mod tls;
+pub mod write_path;

@@ -32,6 +32,7 @@ use crate::shutdown::Shutdown;
 use crate::sink::Sink;
 use crate::source::{Source, SourceError};
 use crate::stats::{Stats, Summary};
+use crate::write_path::WritePath;
 
 /// A free slot waiting for the bucket to refill looks again this soon at the earliest: a
 /// high rate refills it in microseconds, and the loop must not spin.
@@ -100,15 +101,13 @@ type InFlight = FuturesUnordered<JoinHandle<Result<Vec<Position>, FatalSinkError
 impl Pipeline {
     pub fn new(
         source: Box<dyn Source>,
-        sink: Arc<dyn Sink>,
         decoder: Decoder,
         cadence: Cadence,
-        delivery: Delivery,
+        write_path: WritePath,
         stats: Arc<Stats>,
         options: RunOptions,
     ) -> Self {
-        let pressure = delivery.backpressure();
-        let gate = delivery.gate();
+        let pressure = write_path.pressure().clone();
         pressure.set_ceiling(cadence.rate());
         let batch = cadence.quantum().max(1) as usize;
         Pipeline {
@@ -116,13 +115,13 @@ impl Pipeline {
             max_batch: options.max_batch,
             health: Arc::new(Health::new(&[], stats.clone())),
             source,
-            sink,
+            sink: write_path.sink().clone(),
             decoder,
             target_rate: TargetRate::new(cadence.rate()),
             cadence,
             pressure,
-            gate,
-            delivery: Arc::new(delivery),
+            gate: write_path.gate().clone(),
+            delivery: write_path.delivery().clone(),
             stats,
             options,
         }

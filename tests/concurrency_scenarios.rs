@@ -18,17 +18,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use sluice::backpressure::Backpressure;
-use sluice::config::{
-    ConcurrencyAlgorithm, ConcurrencyConfig, RateConfig, RetryConfig, ThrottleConfig,
-};
+use sluice::config::{ConcurrencyAlgorithm, ConcurrencyConfig, RateConfig};
 use sluice::control::cadence::Cadence;
 use sluice::control::clock::TokioClock;
 use sluice::control::limit::ConcurrencyLimit;
-use sluice::control::limit::gate::LimitGate;
 use sluice::control::limit::vegas::VegasLimit;
 use sluice::decode::Decoder;
-use sluice::delivery::Delivery;
 use sluice::pipeline::{Pipeline, RunOptions};
 use sluice::record::{DeadLetter, Position, Record, Row};
 use sluice::shutdown;
@@ -36,6 +31,7 @@ use sluice::sim_sink::overload::{Action, Answer, Overload};
 use sluice::sink::{Sink, WriteOutcome};
 use sluice::source::{Backlog, Pulled, Source, SourceError};
 use sluice::stats::Stats;
+use sluice::write_path::{WritePath, WriteSettings};
 use tokio::time::Instant;
 
 /// Endless records, one per request.
@@ -261,25 +257,16 @@ async fn run_with(
         records_per_second: 1_000_000.0,
         tick: Duration::from_millis(200),
     };
-    let delivery = Delivery::new(sink.clone(), &RetryConfig::default(), stats.clone())
-        .with_limit(Arc::new(
-            LimitGate::new(limit).with_cuts(concurrency.cuts_overdue()),
-        ))
-        .with_backpressure(Arc::new(
-            Backpressure::new(
-                &ThrottleConfig::default(),
-                &RetryConfig::default(),
-                &rate,
-                stats.clone(),
-            )
-            .seeded(3),
-        ));
+    let settings = WriteSettings {
+        rate: rate.clone(),
+        concurrency: concurrency.clone(),
+        ..WriteSettings::default()
+    };
     let pipeline = Pipeline::new(
         Box::new(Endless { next: 0 }),
-        sink.clone(),
         Decoder::new(Some("/id".into())),
         Cadence::new(rate.records_per_second, rate.tick, TokioClock::default()),
-        delivery,
+        WritePath::with_limit(sink.clone(), &settings, limit, stats.clone()).seeded(3),
         stats,
         RunOptions {
             until_empty: false,

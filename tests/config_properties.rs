@@ -10,7 +10,6 @@ use std::time::Duration;
 use governor::clock::FakeRelativeClock;
 use sluice::backpressure::Backpressure;
 use sluice::config::{Config, Overrides};
-use sluice::control::backoff::Backoff;
 use sluice::control::cadence::Cadence;
 use sluice::control::lease_table::{LeaseTable, PoolDefinition, WorkerLimits};
 use sluice::stats::Stats;
@@ -195,14 +194,13 @@ fn build_everything(config: &Config) {
         inflight: 1,
         dropped: false,
     });
-    let backoff = Backoff::new(
-        config.retry.min_delay,
-        config.retry.max_delay,
-        config.retry.factor,
-    );
+    let backoffs = config.backoffs();
     let mut rng = rand::rng();
-    for attempt in 1..=config.retry.max_attempts.min(64) {
-        backoff.delay(attempt, &mut rng);
+    for backoff in [&backoffs.retry, &backoffs.outage, &backoffs.reconnect] {
+        for attempt in 1..=config.retry.max_attempts.min(64) {
+            backoff.delay(attempt, &mut rng);
+            backoff.half_jitter(attempt, &mut rng);
+        }
     }
     let cadence = Cadence::new(
         config.rate.records_per_second,
@@ -219,6 +217,7 @@ fn build_everything(config: &Config) {
             &config.throttle,
             &config.retry,
             &config.rate,
+            backoffs.outage,
             Arc::new(Stats::default()),
         );
         pressure.outage_wait(config.retry.max_attempts.min(64));

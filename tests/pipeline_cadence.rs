@@ -7,17 +7,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice::config::RetryConfig;
+use sluice::config::ConcurrencyConfig;
 use sluice::control::cadence::Cadence;
 use sluice::control::clock::TokioClock;
 use sluice::decode::Decoder;
-use sluice::delivery::Delivery;
 use sluice::pipeline::{Pipeline, RunOptions};
 use sluice::record::{DeadLetter, Position, Record, Row};
 use sluice::shutdown;
 use sluice::sink::{Sink, WriteOutcome};
 use sluice::source::{Backlog, Pulled, Source, SourceError};
 use sluice::stats::Stats;
+use sluice::write_path::{WritePath, WriteSettings};
 use tokio::time::Instant;
 
 struct CountingSource {
@@ -117,10 +117,9 @@ fn pipeline(
             total,
             acked: acked.clone(),
         }),
-        sink.clone(),
         Decoder::new(Some("/id".into())),
         Cadence::new(rate, Duration::from_millis(200), TokioClock::default()),
-        Delivery::new(sink.clone(), &RetryConfig::default(), stats.clone()),
+        write_path(sink.clone(), max_in_flight, stats.clone()),
         stats,
         RunOptions {
             until_empty: true,
@@ -134,6 +133,18 @@ fn pipeline(
         },
     );
     (p, sink, acked)
+}
+
+/// The write path as the worker builds it, with a fixed limit of `max_in_flight`.
+fn write_path(sink: Arc<dyn Sink>, max_in_flight: usize, stats: Arc<Stats>) -> WritePath {
+    let settings = WriteSettings {
+        concurrency: ConcurrencyConfig {
+            max: max_in_flight,
+            ..ConcurrencyConfig::default()
+        },
+        ..WriteSettings::default()
+    };
+    WritePath::new(sink, &settings, stats)
 }
 
 /// Records written in each 200 ms window, indexed by window (window k ends at k × 200 ms).
@@ -256,10 +267,9 @@ async fn shutdown_during_a_retry_after_pause_stops_at_once_and_acknowledges_noth
             total: 1_000,
             acked: acked.clone(),
         }),
-        sink.clone(),
         Decoder::new(Some("/id".into())),
         Cadence::new(100.0, Duration::from_millis(200), TokioClock::default()),
-        Delivery::new(sink.clone(), &RetryConfig::default(), stats.clone()),
+        write_path(sink.clone(), 4, stats.clone()),
         stats,
         RunOptions {
             until_empty: true,
@@ -345,10 +355,9 @@ async fn a_worker_granted_nothing_still_watches_its_source() {
                 acked: Arc::new(AtomicUsize::new(0)),
             },
         }),
-        sink.clone(),
         Decoder::new(Some("/id".into())),
         Cadence::new(0.0, Duration::from_millis(200), TokioClock::default()),
-        Delivery::new(sink.clone(), &RetryConfig::default(), stats.clone()),
+        write_path(sink.clone(), 4, stats.clone()),
         stats.clone(),
         RunOptions {
             until_empty: true,

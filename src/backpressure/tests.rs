@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::Backoffs;
 
 const TICK: Duration = Duration::from_millis(200);
 
@@ -11,6 +12,7 @@ fn pressure() -> Backpressure {
         &ThrottleConfig::default(),
         &RetryConfig::default(),
         &rate,
+        Backoffs::new(&RetryConfig::default(), &ThrottleConfig::default()).outage,
         Arc::new(Stats::default()),
     )
 }
@@ -141,6 +143,7 @@ async fn an_outage_is_retried_within_the_longest_pause() {
         &throttle,
         &RetryConfig::default(),
         &RateConfig::default(),
+        Backoffs::new(&RetryConfig::default(), &throttle).outage,
         Arc::new(Stats::default()),
     );
     // retry.max_delay is 30 s; the wait of an outage stops at throttle.max_pause.

@@ -8,17 +8,16 @@ use clap::{Args, ValueEnum};
 
 use super::leases::{join_pool, lease_keeper};
 use super::{ConfigArgs, EXIT_CONFIG, EXIT_RUNTIME, load};
-use crate::backpressure::Backpressure;
 use crate::config::{Config, Overrides};
 use crate::control::cadence::Cadence;
 use crate::control::clock::TokioClock;
 use crate::control::lease_table::PoolDefinition;
 use crate::decode::Decoder;
-use crate::delivery::Delivery;
 use crate::lease::LeaseStore;
 use crate::pipeline::{Pipeline, RunOptions};
 use crate::progress::Progress;
 use crate::stats::{Stats, Summary};
+use crate::write_path::{WritePath, WriteSettings};
 use crate::{shutdown, sink, source};
 
 #[derive(Debug, Args)]
@@ -235,21 +234,10 @@ async fn drain(
     ));
     let pipeline = Pipeline::new(
         source,
-        sink.clone(),
         Decoder::new(config.sink.key.clone())
             .with_upsert(crate::sink::upsert::Upsert::from_config(&config.sink)),
         cadence,
-        Delivery::new(sink, &config.retry, stats.clone())
-            .with_limit(Arc::new(
-                crate::control::limit::gate::LimitGate::new(config.concurrency.build())
-                    .with_cuts(config.concurrency.cuts_overdue()),
-            ))
-            .with_backpressure(Arc::new(Backpressure::new(
-                &config.throttle,
-                &config.retry,
-                &config.rate,
-                stats.clone(),
-            ))),
+        WritePath::new(sink, &WriteSettings::of(config), stats.clone()),
         stats.clone(),
         RunOptions {
             until_empty: args.until_empty.is_some(),

@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub mod aperture;
+mod backoffs;
 mod balance;
 mod bounds;
 mod concurrency;
@@ -31,6 +32,7 @@ mod source;
 mod telemetry;
 mod throttle;
 
+pub use backoffs::Backoffs;
 pub use balance::{BalanceConfig, EndpointConfig};
 pub use bounds::{LEAST_RATE, MOST_BATCH, MOST_IN_FLIGHT, MOST_RECORD_BYTES, MOST_WINDOW};
 pub use concurrency::{ConcurrencyAlgorithm, ConcurrencyConfig};
@@ -109,6 +111,10 @@ impl Config {
     /// was set. Without `[leases]` that rate is simply the worker's rate.
     pub fn rate_ceiling(&self) -> Option<f64> {
         self.rate_set.then_some(self.rate.records_per_second)
+    }
+
+    pub fn backoffs(&self) -> Backoffs {
+        Backoffs::new(&self.retry, &self.throttle)
     }
 }
 

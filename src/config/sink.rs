@@ -87,10 +87,8 @@ pub struct SinkConfig {
     /// Where records the sink rejects go, for a sink without tables of its own (http).
     pub dead_letters: Option<DeadLetterConfig>,
     /// http: how a 2xx answer says which records were taken (`sink::http::contract`).
-    #[schemars(with = "Option<schema::ResponseContract>")]
     pub response: Option<crate::sink::http::contract::ResponseContract>,
     /// elasticsearch: the index and the bulk action (`sink::elasticsearch::settings`).
-    #[schemars(with = "Option<schema::ElasticsearchSettings>")]
     pub elasticsearch: Option<crate::sink::elasticsearch::settings::ElasticsearchSettings>,
     /// PostgreSQL, MySQL: write into an existing table, column → JSON pointer into the
     /// payload (`""` is the whole payload). Absent: the table is created as key, payload,

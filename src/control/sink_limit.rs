@@ -521,4 +521,6 @@ impl SinkLimit {
 }
 
 #[cfg(test)]
+mod push_back_tests;
+#[cfg(test)]
 mod tests;

@@ -1,10 +1,15 @@
 use super::*;
+use crate::config::RetryConfig;
+use crate::write_path::{WritePath, WriteSettings};
 use async_trait::async_trait;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// A test sink's dead-letter store: (key, reason) of each letter, all taken.
-fn keep_dead_letters(dead: &Mutex<Vec<(String, String)>>, letters: &[DeadLetter]) -> WriteOutcome {
+pub(super) fn keep_dead_letters(
+    dead: &Mutex<Vec<(String, String)>>,
+    letters: &[DeadLetter],
+) -> WriteOutcome {
     dead.lock().unwrap().extend(
         letters
             .iter()
@@ -93,12 +98,12 @@ impl Sink for RuleSink {
     }
 }
 
-fn rows(n: usize, bad: &[usize]) -> Vec<Row> {
+pub(super) fn rows(n: usize, bad: &[usize]) -> Vec<Row> {
     rows_marked(n, bad, "bad")
 }
 
 /// `n` rows; those at `marked` carry `mark` in their payload.
-fn rows_marked(n: usize, marked: &[usize], mark: &str) -> Vec<Row> {
+pub(super) fn rows_marked(n: usize, marked: &[usize], mark: &str) -> Vec<Row> {
     (0..n)
         .map(|i| Row {
             key: format!("k{i}"),
@@ -113,13 +118,26 @@ fn rows_marked(n: usize, marked: &[usize], mark: &str) -> Vec<Row> {
         .collect()
 }
 
-fn delivery(sink: Arc<RuleSink>, max_attempts: u32) -> (Delivery, Arc<Stats>) {
+/// A delivery built as the worker builds one, with these retry settings.
+pub(super) fn delivery_with(
+    sink: Arc<dyn Sink>,
+    retry: RetryConfig,
+    stats: Arc<Stats>,
+) -> Arc<Delivery> {
+    let settings = WriteSettings {
+        retry,
+        ..WriteSettings::default()
+    };
+    WritePath::new(sink, &settings, stats).delivery().clone()
+}
+
+fn delivery(sink: Arc<RuleSink>, max_attempts: u32) -> (Arc<Delivery>, Arc<Stats>) {
     let stats = Arc::new(Stats::default());
     let retry = RetryConfig {
         max_attempts,
         ..RetryConfig::default()
     };
-    (Delivery::new(sink, &retry, stats.clone()), stats)
+    (delivery_with(sink, retry, stats.clone()), stats)
 }
 
 #[tokio::test(start_paused = true)]
@@ -365,7 +383,7 @@ async fn shutdown_during_an_outage_backoff_gives_the_batch_up() {
         }
     }
     let stats = Arc::new(Stats::default());
-    let d = Delivery::new(Arc::new(Down), &RetryConfig::default(), stats);
+    let d = delivery_with(Arc::new(Down), RetryConfig::default(), stats);
     let (stop, stopped) = crate::shutdown::channel();
     let started = tokio::time::Instant::now();
     let task = tokio::spawn(async move {
@@ -425,151 +443,4 @@ async fn a_failing_dead_letter_store_holds_the_batch_until_it_takes_the_letters(
     assert_eq!(stats.dead_lettered.load(Relaxed), 1);
     assert_eq!(stats.dead_letter_outages.load(Relaxed), 0);
     assert_eq!(sink.dead.lock().unwrap().len(), 1);
-}
-
-/// Answers record by record, as a bulk API does: takes at most `room` records per write
-/// and refuses the rest for now; rejects rows marked "bad" for good; fails rows marked
-/// "flaky" the first time and rows marked "down" every time.
-#[derive(Default)]
-struct ItemSink {
-    room: usize,
-    sent: Mutex<Vec<String>>,
-    refused: Mutex<Vec<String>>,
-    written: Mutex<Vec<String>>,
-    flaked: Mutex<Vec<String>>,
-    dead: Mutex<Vec<(String, String)>>,
-}
-
-#[async_trait]
-impl Sink for ItemSink {
-    async fn write(&self, rows: &[Row]) -> WriteOutcome {
-        let mut room = self.room;
-        let items = rows
-            .iter()
-            .map(|r| {
-                self.sent.lock().unwrap().push(r.key.clone());
-                if r.payload.contains("bad") {
-                    return ItemOutcome::Rejected("mapper_parsing_exception: bad".into());
-                }
-                if r.payload.contains("down") {
-                    return ItemOutcome::Failed("HTTP 503 for this item".into());
-                }
-                let mut flaked = self.flaked.lock().unwrap();
-                if r.payload.contains("flaky") && !flaked.contains(&r.key) {
-                    flaked.push(r.key.clone());
-                    return ItemOutcome::Failed("HTTP 500 for this item".into());
-                }
-                if room == 0 {
-                    self.refused.lock().unwrap().push(r.key.clone());
-                    return ItemOutcome::Throttled("es_rejected_execution_exception".into());
-                }
-                room -= 1;
-                let mut written = self.written.lock().unwrap();
-                if written.contains(&r.key) {
-                    ItemOutcome::Duplicate
-                } else {
-                    written.push(r.key.clone());
-                    ItemOutcome::Written
-                }
-            })
-            .collect();
-        WriteOutcome::from_items(items, None, None)
-    }
-    async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
-        keep_dead_letters(&self.dead, letters)
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn only_the_items_refused_go_again_and_the_batch_settles_at_item_granularity() {
-    let sink = Arc::new(ItemSink {
-        room: 30,
-        ..Default::default()
-    });
-    let stats = Arc::new(Stats::default());
-    let retry = RetryConfig {
-        max_attempts: 3,
-        ..RetryConfig::default()
-    };
-    let d = Delivery::new(sink.clone(), &retry, stats.clone());
-    let mut rows = rows_marked(100, &[3, 50], "bad");
-    rows[10].payload = r#"{"flaky":1}"#.into();
-    rows[77].payload = r#"{"down":1}"#.into();
-    let positions = vec![Position {
-        lane: 0,
-        start: 0,
-        end: 100,
-    }];
-    let acked = d
-        .deliver(Batch {
-            rows,
-            dead: vec![],
-            positions: positions.clone(),
-        })
-        .await
-        .unwrap();
-    assert_eq!(acked, positions);
-
-    let mut written = sink.written.lock().unwrap().clone();
-    written.sort();
-    let mut expected: Vec<String> = (0..100)
-        .filter(|i| ![3, 50, 77].contains(i))
-        .map(|i| format!("k{i}"))
-        .collect();
-    expected.sort();
-    assert_eq!(written, expected, "every good record once");
-    let dead = sink.dead.lock().unwrap().clone();
-    let dead_keys: Vec<&str> = dead.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(dead_keys, ["k3", "k50", "k77"]);
-    assert_eq!(dead[0].1, "mapper_parsing_exception: bad");
-    assert_eq!(
-        dead[2].1,
-        "gave up after 3 attempts: HTTP 503 for this item"
-    );
-
-    // Nothing taken was sent again: every send beyond the first of each record answers
-    // a refusal, a failure, or the record that never works.
-    let sent = sink.sent.lock().unwrap().len();
-    let refused = sink.refused.lock().unwrap().len();
-    assert_eq!(
-        sent,
-        100 + refused + 1 + 2,
-        "{sent} sent, {refused} refused"
-    );
-    assert!(refused >= 60, "three writes at most 30 each: {refused}");
-    assert_eq!(stats.written.load(Relaxed), 97);
-    assert_eq!(stats.duplicates.load(Relaxed), 0);
-    assert_eq!(stats.dead_lettered.load(Relaxed), 3);
-    assert_eq!(stats.throttled_records.load(Relaxed), refused as u64);
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_answer_that_does_not_match_the_batch_acknowledges_nothing() {
-    struct Short;
-    #[async_trait]
-    impl Sink for Short {
-        async fn write(&self, _: &[Row]) -> WriteOutcome {
-            WriteOutcome::from_items(
-                vec![ItemOutcome::Written, ItemOutcome::Throttled("429".into())],
-                None,
-                None,
-            )
-        }
-        async fn dead_letter(&self, _: &[DeadLetter]) -> WriteOutcome {
-            unreachable!()
-        }
-    }
-    let d = Delivery::new(
-        Arc::new(Short),
-        &RetryConfig::default(),
-        Arc::new(Stats::default()),
-    );
-    let err = d
-        .deliver(Batch {
-            rows: rows(3, &[]),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert!(err.0.contains("2 items for 3 records"), "{err}");
 }

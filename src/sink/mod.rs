@@ -21,7 +21,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::config::{Config, SinkKind};
-use crate::control::backoff::Backoff;
 use crate::control::sink_limit::Unit;
 use crate::record::{DeadLetter, Row};
 use crate::shutdown::Shutdown;
@@ -193,11 +192,7 @@ pub async fn open_when_ready(
     config: &Config,
     shutdown: &mut Shutdown,
 ) -> Result<Option<Arc<dyn Sink>>, SinkError> {
-    let backoff = Backoff::new(
-        config.retry.min_delay.min(config.throttle.max_pause),
-        config.throttle.max_pause,
-        config.retry.factor,
-    );
+    let backoff = config.backoffs().outage;
     let mut attempt = 0;
     loop {
         match open(config).await {
@@ -248,7 +243,7 @@ pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
         endpoints,
         &config.sink.balance,
         coordinate,
-        config.throttle.max_pause,
+        config.backoffs().outage,
     ));
     if discovery.is_dynamic() {
         discovery.spawn(Arc::downgrade(&sink), config.clone());

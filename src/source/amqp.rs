@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::watermark::Watermark;
 use super::{Backlog, Pulled, Source, SourceError};
-use crate::config::{Config, RetryConfig};
+use crate::config::Config;
 use crate::control::backoff::Backoff;
 use crate::record::{Position, Record, SourceContext};
 
@@ -98,7 +98,7 @@ impl AmqpSource {
             live: None,
             epoch: 0,
             watermark: Watermark::new(1),
-            backoff: reconnect_backoff(&config.retry),
+            backoff: config.backoffs().reconnect,
             failures: 0,
             reconnect_at: None,
             empty_checked: None,
@@ -294,14 +294,6 @@ fn initial_prefetch(config: &Config) -> u16 {
 
 fn prefetch_for(records: usize) -> u16 {
     records.clamp(1, usize::from(u16::MAX)) as u16
-}
-
-fn reconnect_backoff(retry: &RetryConfig) -> Backoff {
-    Backoff::new(
-        retry.min_delay,
-        retry.max_delay.min(Duration::from_secs(10)),
-        retry.factor,
-    )
 }
 
 #[async_trait]

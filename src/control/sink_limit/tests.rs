@@ -15,7 +15,7 @@ use crate::sim_sink::capacity::Capacity;
 
 const WINDOW: Duration = Duration::from_millis(200);
 
-fn ms(n: u64) -> Duration {
+pub(super) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
@@ -367,140 +367,6 @@ fn a_named_unit_is_learned_without_an_experiment() {
     assert!(out.rate(secs(30), secs(60)) >= 900.0);
 }
 
-/// A write of 50 records sent at 2 s, refused at once.
-fn refused(retry_after: Option<Duration>) -> Refused {
-    Refused {
-        emptied: false,
-        sent_at: ms(2000),
-        retry_after,
-        hint: None,
-        records: 50,
-        bytes: 5000,
-    }
-}
-
-fn shape() -> BatchShape {
-    BatchShape {
-        tick: WINDOW,
-        max_batch: 1000,
-        max_batch_bytes: None,
-        record_bytes: Some(100.0),
-    }
-}
-
-/// 500 rec/s taken for two seconds, then a 429 with Retry-After: a first push-back takes
-/// `beta` of the last second's rate, 350 rec/s, held at 339.5.
-fn learned_from_a_first_429() -> SinkLimit {
-    let mut limit = SinkLimit::new(LimitParams::default());
-    for i in 1..=20 {
-        limit.on_written(ms(100 * i), 50, 5000);
-    }
-    limit.on_throttle(ms(2000), true, refused(Some(ms(10))));
-    assert_eq!(limit.limit(Unit::Records), Some(350.0));
-    limit
-}
-
-/// After a first 429 at a fine tick the worker sends almost nothing until a push-back can
-/// close a sample, in requests of the size it was sending; a write sent meanwhile and
-/// refused is judged against what was sent before, not the near-nothing (once the floor
-/// became the limit: 3 rec/s against a sink taking 1,000).
-#[test]
-fn the_wait_after_a_first_429_sends_little_and_teaches_nothing() {
-    let fine = BatchShape {
-        tick: ms(20),
-        ..shape()
-    };
-    let mut limit = learned_from_a_first_429();
-    let quiet = limit.plan(ms(2020), 2000.0, fine);
-    assert_eq!(quiet.records_per_second, 100.0, "the floor: 5% of 2,000");
-    assert_eq!(quiet.batch, 7, "339.5 rec/s a tick");
-    let during = Refused {
-        sent_at: ms(2025),
-        ..refused(Some(ms(10)))
-    };
-    limit.on_throttle(ms(2030), true, during);
-    // Never above what was being sent: 339.5, held at 97%.
-    assert_eq!(limit.limit(Unit::Records), Some(339.5));
-    let after = limit.plan(ms(2150), 2000.0, fine).records_per_second;
-    assert!((after - 329.315).abs() < 1e-9, "{after}");
-}
-
-#[test]
-fn an_outage_keeps_the_limit_and_the_worker_climbs_back_within_half_a_second() {
-    let mut limit = learned_from_a_first_429();
-    assert_eq!(
-        limit.plan(ms(2100), 2000.0, shape()).records_per_second,
-        339.5
-    );
-    // Thirty seconds of 503s and refused connections, then a success.
-    limit.on_outage();
-    limit.on_outage();
-    assert_eq!(
-        limit.limit(Unit::Records),
-        Some(350.0),
-        "kept across the outage"
-    );
-    limit.on_written(ms(32_000), 50, 5000);
-    let at = |t| {
-        limit
-            .clone()
-            .plan(ms(t), 2000.0, shape())
-            .records_per_second
-    };
-    assert!((at(32_000) - 0.7 * 339.5).abs() < 1e-9, "resumes at 70%");
-    assert!(at(32_250) > at(32_000) && at(32_250) < 339.5);
-    assert!((at(32_350) - 0.9 * 339.5).abs() < 4.0, "90% after 0.35 s");
-    assert_eq!(at(32_500), 339.5, "back within half a second");
-}
-
-#[test]
-fn a_throttle_without_retry_after_is_learned_only_once_a_write_succeeds() {
-    let mut limit = SinkLimit::new(LimitParams::default());
-    for i in 1..=20 {
-        limit.on_written(ms(100 * i), 50, 5000);
-    }
-    // A 503 without Retry-After: maybe overload, maybe the start of an outage.
-    limit.on_throttle(ms(2000), true, refused(None));
-    assert_eq!(limit.limit(Unit::Records), None, "not yet");
-    limit.on_outage();
-    limit.on_written(ms(9000), 50, 5000);
-    assert_eq!(
-        limit.limit(Unit::Records),
-        None,
-        "it was the outage talking"
-    );
-    // A 429 without Retry-After followed by a success: overload after all.
-    let mut limit = SinkLimit::new(LimitParams::default());
-    for i in 1..=20 {
-        limit.on_written(ms(100 * i), 50, 5000);
-    }
-    limit.on_throttle(ms(2000), true, refused(None));
-    limit.on_written(ms(2100), 50, 5000);
-    assert_eq!(limit.limit(Unit::Records), Some(350.0));
-}
-
-#[test]
-fn a_probe_raises_the_limit_when_the_sink_takes_it() {
-    let mut limit = learned_from_a_first_429();
-    assert_eq!(
-        limit.plan(ms(11_900), 2000.0, shape()).records_per_second,
-        339.5
-    );
-    // Ten seconds of quiet: a one-second probe at 105%.
-    assert_eq!(
-        limit.plan(ms(12_000), 2000.0, shape()).records_per_second,
-        367.5
-    );
-    assert_eq!(
-        limit.plan(ms(12_900), 2000.0, shape()).records_per_second,
-        367.5
-    );
-    // Taken without a throttle: the limit is 5% higher, and held at 97% of it.
-    let after = limit.plan(ms(13_000), 2000.0, shape()).records_per_second;
-    assert!((after - 0.97 * 367.5).abs() < 1e-9, "{after}");
-    assert_eq!(limit.limit(Unit::Records), Some(367.5));
-}
-
 /// The scenario bench's (e′): 200 ms ticks in requests of at most 100 records, a
 /// 10,000-record backlog.
 #[test]
@@ -635,4 +501,13 @@ fn a_bulk_sink_taking_nothing_between_refusals_lowers_the_limit() {
         (next - first * 0.7 * 0.97).abs() < 1e-6,
         "{first} -> {next}"
     );
+}
+
+pub(super) fn shape() -> BatchShape {
+    BatchShape {
+        tick: WINDOW,
+        max_batch: 1000,
+        max_batch_bytes: None,
+        record_bytes: Some(100.0),
+    }
 }

@@ -10,23 +10,26 @@
 //! op = "create"                         # or "index"
 //! ```
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{ConfigError, SinkConfig, SinkKind};
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// The index records are written to, and the bulk action each is sent with.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ElasticsearchSettings {
     /// The target index (or data stream, or alias). `{/pointer}` in it is replaced by that
     /// field of each record, for date-suffixed indexes; a record without it, or whose
     /// value is not a string or a number, is dead-lettered.
     pub index: String,
+    /// The bulk action each record is sent with.
     #[serde(default)]
     pub op: BulkOp,
 }
 
 /// The bulk action each record is sent with.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BulkOp {
     /// Fails with 409 if the id exists: a redelivered record is counted as a duplicate,

@@ -25,6 +25,7 @@
 
 use std::collections::HashMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -32,7 +33,8 @@ use crate::config::{ConfigError, SinkConfig, SinkKind};
 use crate::record::Row;
 use crate::sink::ItemOutcome;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// How a 2xx answer says which records were taken, for a sink that takes part of a batch.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResponseContract {
     /// JSON pointer to the results array in the answer.
@@ -46,14 +48,19 @@ pub struct ResponseContract {
     /// The outcome of a result that has no code.
     #[serde(default = "written")]
     pub absent: Verdict,
+    /// Codes that mean the record was written.
     #[serde(default)]
     pub written: Vec<Code>,
+    /// Codes that mean the record was already there.
     #[serde(default)]
     pub duplicate: Vec<Code>,
+    /// Codes that mean "slow down".
     #[serde(default)]
     pub throttled: Vec<Code>,
+    /// Codes retried, then dead-lettered after `retry.max_attempts`.
     #[serde(default)]
     pub retry: Vec<Code>,
+    /// Codes dead-lettered at once.
     #[serde(default)]
     pub permanent: Vec<Code>,
 }
@@ -63,7 +70,7 @@ fn written() -> Verdict {
 }
 
 /// A code as configured: `"ThrottlingException"` or `429`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(untagged)]
 pub enum Code {
     Number(u64),
@@ -79,7 +86,8 @@ impl Code {
     }
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+/// What a result means for its record.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Written,
