@@ -11,18 +11,13 @@ use std::sync::Arc;
 use crate::backpressure::Backpressure;
 use crate::control::backoff::Backoff;
 use crate::control::limit::gate::LimitGate;
-use crate::control::sink_limit::{Refused, Unit};
-use crate::control::unexplained::UnexplainedFailures;
 use crate::record::{DeadLetter, Position, Row};
 use crate::shutdown::Shutdown;
-use crate::sink::{ItemOutcome, Sink, WriteOutcome};
+use crate::sink::{Sink, WriteOutcome};
 use crate::stats::Stats;
-use crate::telemetry::metrics::{ITEMS, REQUESTS, WRITE_SECONDS};
-use piece::{Piece, split};
-
-/// After this many throttles in a row a batch may be larger than the sink ever takes at
-/// once (its burst): split it rather than livelock on it.
-const THROTTLES_BEFORE_SPLIT: u32 = 3;
+use crate::telemetry::metrics::{REQUESTS, WRITE_SECONDS};
+use piece::{Pace, Piece};
+use settle::Settling;
 
 /// A batch as the pipeline hands it over: the decoded rows, the records that failed to
 /// decode, and the source positions to acknowledge once all of them are settled.
@@ -115,375 +110,51 @@ impl Delivery {
         batch: Batch,
         mut stop: Shutdown,
     ) -> Result<Vec<Position>, FatalSinkError> {
-        let records = batch.positions.len();
-        let abandoned = || {
-            tracing::info!(
-                records,
-                "shutdown while waiting to retry: left unacknowledged, to be delivered again"
-            );
-            Ok(Vec::new())
-        };
-        let mut dead = batch.dead;
-        let mut todo = vec![Piece {
-            rows: batch.rows,
-            attempts: 0,
-            throttles: 0,
-            retry: false,
-            unanswered: false,
-            cut: false,
-            within_limit: false,
-            outage: false,
-            refused_items: false,
-        }];
-        let mut outage = 0u32;
-        let mut unexplained = UnexplainedFailures::default();
-        while let Some(mut piece) = todo.pop() {
+        let mut s = Settling::new(batch.rows, batch.dead);
+        while let Some(mut piece) = s.todo.pop() {
             if piece.rows.is_empty() {
                 continue;
             }
-            if std::mem::take(&mut piece.cut) {
-                // Paced by the limit gate instead.
-            } else if std::mem::take(&mut piece.outage) {
-                // Paced by the outage's backoff instead.
-            } else if std::mem::take(&mut piece.refused_items) {
-                if until(&mut stop, self.pressure.resend_turn(piece.rows.len()))
-                    .await
-                    .is_none()
-                {
-                    return abandoned();
-                }
-            } else if piece.retry {
-                if until(&mut stop, self.pressure.retry_permit(piece.rows.len()))
-                    .await
-                    .is_none()
-                {
-                    return abandoned();
-                }
-            } else {
-                self.pressure.first_attempt();
-            }
-            let Some(sent_at) = until(&mut stop, self.pressure.clear_to_send()).await else {
-                return abandoned();
+            let Some(sent_at) = until(&mut stop, self.pace(&mut piece)).await else {
+                tracing::info!(
+                    records = batch.positions.len(),
+                    "shutdown while waiting to retry: left unacknowledged, to be delivered again"
+                );
+                return Ok(Vec::new());
             };
             let resend = std::mem::take(&mut piece.unanswered);
             let within_limit = std::mem::take(&mut piece.within_limit);
-            let (outcome, inflight) = self.write(&piece.rows, resend, within_limit).await;
-            let Some(outcome) = outcome else {
-                Stats::add(&self.stats.retries, 1);
-                tracing::debug!(
-                    rows = piece.rows.len(),
-                    "write cut short: far more in flight than the limit"
-                );
-                piece.retry = true;
-                piece.unanswered = true;
-                piece.cut = true;
-                todo.push(piece);
-                continue;
-            };
-            match outcome {
-                WriteOutcome::Written {
-                    inserted,
-                    duplicates,
-                } => {
-                    outage = 0;
-                    unexplained.written();
-                    self.pressure
-                        .written(inserted + duplicates, row_bytes(&piece.rows));
-                    metrics::counter!(ITEMS, "outcome" => "written").increment(inserted);
-                    metrics::counter!(ITEMS, "outcome" => "duplicate").increment(duplicates);
-                    Stats::add(&self.stats.written, inserted);
-                    Stats::add(&self.stats.duplicates, duplicates);
+            match self.write(&piece.rows, resend, within_limit).await {
+                (Some(outcome), inflight) => {
+                    self.settle(&mut s, piece, outcome, sent_at, inflight)?
                 }
-                WriteOutcome::Upserted {
-                    written,
-                    deleted,
-                    stale,
-                    superseded,
-                } => {
-                    outage = 0;
-                    unexplained.written();
-                    self.pressure
-                        .written(piece.rows.len() as u64, row_bytes(&piece.rows));
-                    metrics::counter!(ITEMS, "outcome" => "written").increment(written);
-                    metrics::counter!(ITEMS, "outcome" => "deleted").increment(deleted);
-                    metrics::counter!(ITEMS, "outcome" => "stale").increment(stale);
-                    metrics::counter!(ITEMS, "outcome" => "superseded").increment(superseded);
-                    Stats::add(&self.stats.written, written);
-                    Stats::add(&self.stats.deleted, deleted);
-                    Stats::add(&self.stats.stale, stale);
-                    Stats::add(&self.stats.superseded, superseded);
-                }
-                WriteOutcome::Throttled {
-                    retry_after,
-                    unit,
-                    reason,
-                } => {
-                    Stats::add(&self.stats.throttled, 1);
-                    Stats::add(&self.stats.retries, 1);
-                    metrics::counter!(ITEMS, "outcome" => "throttled")
-                        .increment(piece.rows.len() as u64);
-                    piece.retry = true;
-                    tracing::debug!(
-                        rows = piece.rows.len(),
-                        ?retry_after,
-                        "sink throttled: {reason}"
-                    );
-                    if retry_after.is_none() && self.gate.explains(inflight) {
-                        // More in flight than the sink took lately: the concurrency limit
-                        // answers it (as Vector's ARC does), not a worker-wide pause nor a
-                        // rate learned from it. Sent again under the limit.
-                        piece.within_limit = true;
-                        todo.push(piece);
-                        continue;
-                    }
-                    // The worker-wide pause this sets is waited out before the next write.
-                    piece.outage = self.pressure.throttled(Refused {
-                        sent_at,
-                        retry_after,
-                        hint: unit,
-                        emptied: false,
-                        records: piece.rows.len() as u64,
-                        bytes: row_bytes(&piece.rows),
-                    });
-                    if !piece.outage {
-                        piece.throttles += 1;
-                    }
-                    // Smaller requests help a sink that counts records or bytes (a batch
-                    // beyond its burst never fits), not one that counts requests.
-                    if piece.throttles >= THROTTLES_BEFORE_SPLIT
-                        && piece.rows.len() > 1
-                        && self.pressure.binding() != Some(Unit::Requests)
-                    {
-                        todo.extend(split(piece));
-                    } else {
-                        todo.push(piece);
-                    }
-                }
-                WriteOutcome::Unavailable(reason) => {
-                    outage += 1;
-                    self.pressure.unavailable();
-                    Stats::add(&self.stats.retries, 1);
-                    let wait = self.pressure.outage_wait(outage);
-                    tracing::warn!(?wait, "sink unavailable, retrying: {reason}");
-                    if until(&mut stop, tokio::time::sleep(wait)).await.is_none() {
-                        return abandoned();
-                    }
-                    piece.retry = true;
-                    piece.unanswered = true;
-                    todo.push(piece);
-                }
-                WriteOutcome::Transient(reason) => {
-                    piece.attempts += 1;
-                    if piece.attempts < self.max_attempts {
-                        Stats::add(&self.stats.retries, 1);
-                        let wait = self.backoff.delay(piece.attempts, &mut rand::rng());
-                        tracing::warn!(
-                            attempt = piece.attempts,
-                            ?wait,
-                            "transient sink error: {reason}"
-                        );
-                        if until(&mut stop, tokio::time::sleep(wait)).await.is_none() {
-                            return abandoned();
-                        }
-                        piece.retry = true;
-                        todo.push(piece);
-                    } else if piece.rows.len() > 1 {
-                        // Give each half one more try: the failure may be one row's doing.
-                        let halves = split(Piece {
-                            attempts: self.max_attempts - 1,
-                            retry: true,
-                            ..piece
-                        });
-                        todo.extend(halves);
-                    } else {
-                        let attempts = piece.attempts;
-                        dead.extend(piece.rows.iter().map(|r| {
-                            DeadLetter::from_row(
-                                r,
-                                format!("gave up after {attempts} attempts: {reason}"),
-                                attempts,
-                            )
-                        }));
-                    }
-                }
-                WriteOutcome::Rejected {
-                    rows: Some(bad),
-                    reason,
-                } => {
-                    let attempts = piece.attempts + 1;
-                    let mut keep = Vec::with_capacity(piece.rows.len());
-                    for (i, row) in piece.rows.into_iter().enumerate() {
-                        if bad.contains(&i) {
-                            dead.push(DeadLetter::from_row(&row, reason.clone(), attempts));
-                        } else {
-                            keep.push(row);
-                        }
-                    }
-                    // The sink answered for good: sending the rest is a new request.
-                    todo.push(Piece {
-                        rows: keep,
-                        retry: false,
-                        ..piece
-                    });
-                }
-                WriteOutcome::Rejected { rows: None, reason } => {
-                    if piece.rows.len() == 1 {
-                        dead.push(DeadLetter::from_row(
-                            &piece.rows[0],
-                            reason,
-                            piece.attempts + 1,
-                        ));
-                    } else {
-                        todo.extend(split(Piece {
-                            retry: false,
-                            ..piece
-                        }));
-                    }
-                }
-                WriteOutcome::Unexplained(reason) => {
-                    if piece.rows.len() == 1 {
-                        unexplained.failed_alone(DeadLetter::from_row(
-                            &piece.rows[0],
-                            reason,
-                            piece.attempts + 1,
-                        ));
-                    } else {
-                        unexplained.failed();
-                        todo.extend(split(Piece {
-                            retry: false,
-                            ..piece
-                        }));
-                    }
-                }
-                WriteOutcome::Items {
-                    items,
-                    retry_after,
-                    unit,
-                } => {
-                    if items.len() != piece.rows.len() {
-                        return Err(FatalSinkError(format!(
-                            "the sink answered {} items for {} records: which were written cannot be told",
-                            items.len(),
-                            piece.rows.len()
-                        )));
-                    }
-                    let sent = piece.rows.len();
-                    let attempts = piece.attempts + 1;
-                    let mut taken = Vec::new();
-                    let (mut inserted, mut duplicates) = (0, 0);
-                    let (mut throttled, mut failed) = (Vec::new(), Vec::new());
-                    let (mut throttle_reason, mut fail_reason) = (None, None);
-                    for (row, item) in piece.rows.into_iter().zip(items) {
-                        metrics::counter!(ITEMS, "outcome" => item.label()).increment(1);
-                        match item {
-                            ItemOutcome::Written => {
-                                inserted += 1;
-                                taken.push(row);
-                            }
-                            ItemOutcome::Duplicate => {
-                                duplicates += 1;
-                                taken.push(row);
-                            }
-                            ItemOutcome::Throttled(reason) => {
-                                throttle_reason.get_or_insert(reason);
-                                throttled.push(row);
-                            }
-                            ItemOutcome::Failed(reason) => {
-                                fail_reason.get_or_insert(reason);
-                                failed.push(row);
-                            }
-                            ItemOutcome::Rejected(reason) => {
-                                dead.push(DeadLetter::from_row(&row, reason, attempts));
-                            }
-                        }
-                    }
-                    if !taken.is_empty() {
-                        outage = 0;
-                        unexplained.written();
-                        self.pressure
-                            .written(inserted + duplicates, row_bytes(&taken));
-                        Stats::add(&self.stats.written, inserted);
-                        Stats::add(&self.stats.duplicates, duplicates);
-                    }
-                    if !throttled.is_empty() {
-                        Stats::add(&self.stats.throttled, 1);
-                        Stats::add(&self.stats.throttled_records, throttled.len() as u64);
-                        Stats::add(&self.stats.retries, 1);
-                        let share = throttled.len() as f64 / sent as f64;
-                        tracing::debug!(
-                            refused = throttled.len(),
-                            sent,
-                            "sink refused part of the batch for now: {}",
-                            throttle_reason.unwrap_or_default()
-                        );
-                        // Only the refused rows go again; the rest are settled. A sink that
-                        // took part of the batch takes batches of this size: no split.
-                        let outage = self.pressure.throttled_share(
-                            Refused {
-                                sent_at,
-                                retry_after,
-                                hint: unit,
-                                // Items refused for room: the sink had none left.
-                                emptied: true,
-                                records: throttled.len() as u64,
-                                bytes: row_bytes(&throttled),
-                            },
-                            share,
-                        );
-                        todo.push(Piece {
-                            rows: throttled,
-                            attempts: piece.attempts,
-                            throttles: piece.throttles + u32::from(!outage),
-                            retry: true,
-                            unanswered: false,
-                            cut: false,
-                            within_limit: false,
-                            outage,
-                            refused_items: !outage,
-                        });
-                    }
-                    if !failed.is_empty() {
-                        let reason = fail_reason.unwrap_or_default();
-                        if attempts < self.max_attempts {
-                            Stats::add(&self.stats.retries, 1);
-                            let wait = self.backoff.delay(attempts, &mut rand::rng());
-                            tracing::warn!(
-                                records = failed.len(),
-                                attempt = attempts,
-                                ?wait,
-                                "sink failed some records, retrying them: {reason}"
-                            );
-                            if until(&mut stop, tokio::time::sleep(wait)).await.is_none() {
-                                return abandoned();
-                            }
-                            todo.push(Piece {
-                                rows: failed,
-                                attempts,
-                                throttles: 0,
-                                retry: true,
-                                unanswered: false,
-                                cut: false,
-                                within_limit: false,
-                                outage: false,
-                                refused_items: false,
-                            });
-                        } else {
-                            dead.extend(failed.iter().map(|r| {
-                                DeadLetter::from_row(
-                                    r,
-                                    format!("gave up after {attempts} attempts: {reason}"),
-                                    attempts,
-                                )
-                            }));
-                        }
-                    }
-                }
-                WriteOutcome::Fatal(reason) => return Err(FatalSinkError(reason)),
+                (None, _) => self.cut(&mut s, piece),
             }
         }
+        let Settling {
+            mut dead,
+            unexplained,
+            ..
+        } = s;
         dead.extend(unexplained.verdict().map_err(FatalSinkError)?);
         self.store_dead_letters(&dead).await?;
         Ok(batch.positions)
+    }
+
+    /// Waits until `piece` may go: its backoff, then what its pace asks, then the worker's
+    /// pause. Returns when it is sent, in the worker's time.
+    async fn pace(&self, piece: &mut Piece) -> std::time::Duration {
+        let backoff = std::mem::take(&mut piece.backoff);
+        if !backoff.is_zero() {
+            tokio::time::sleep(backoff).await;
+        }
+        match piece.pace {
+            Pace::First => self.pressure.first_attempt(),
+            Pace::Retry => self.pressure.retry_permit(piece.rows.len()).await,
+            Pace::Turn => self.pressure.resend_turn(piece.rows.len()).await,
+            Pace::Limit | Pace::Outage => {}
+        }
+        self.pressure.clear_to_send().await
     }
 }
 
@@ -509,5 +180,6 @@ mod dead_letter_store;
 #[cfg(test)]
 mod item_tests;
 mod piece;
+mod settle;
 #[cfg(test)]
 mod tests;

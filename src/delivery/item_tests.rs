@@ -4,6 +4,7 @@
 use super::tests::{delivery_with, keep_dead_letters, rows, rows_marked};
 use super::*;
 use crate::config::RetryConfig;
+use crate::sink::ItemOutcome;
 use async_trait::async_trait;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering::Relaxed;

@@ -1,51 +1,85 @@
-//! A piece of a batch on its way to the sink, and how a piece is halved.
+//! A piece of a batch on its way to the sink, what it waits for before it goes again, and
+//! how a piece is halved.
+
+use std::time::Duration;
 
 use crate::record::Row;
+
+/// What a piece waits for before it is sent, besides the worker's pause (which every
+/// write waits out) and `Piece::backoff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pace {
+    /// A new request: counted as a first attempt, the base of the retry budget.
+    First,
+    /// Sent before and failed for a reason that may pass: a retry, paid for by the budget.
+    Retry,
+    /// The last write was cut short by the limit gate: the gate paces the resend, so it
+    /// does not wait for the retry budget (it would, for as long as the sink's timeout).
+    Limit,
+    /// The sink answered that it is down (503s without Retry-After, one after another):
+    /// the outage's pause paces the resend. The retry budget would not: an outage spends
+    /// it, and once the sink is back the batches would trickle out at its floor for many
+    /// seconds. (A write with no answer — refused, reset, timed out — stays on the budget:
+    /// a timeout is as often an overloaded sink, which resends must not pile onto.)
+    Outage,
+    /// The sink refused these rows item by item while taking others: resent in turn at the
+    /// planned rate, not on the retry budget. All refused parts going at once when the
+    /// pause ended met the same full sink (a bulk sink at 4x: 11 refused resends in 0.5 s,
+    /// which spent the budget and stalled the worker for 10 s).
+    Turn,
+}
 
 /// A piece of a batch still to be written, with the attempts it has used.
 pub(super) struct Piece {
     pub(super) rows: Vec<Row>,
     pub(super) attempts: u32,
     pub(super) throttles: u32,
-    /// These rows were sent before and failed for a reason that may pass: sending them
-    /// again is a retry (budgeted), not a new request.
-    pub(super) retry: bool,
+    pub(super) pace: Pace,
+    /// Waited before the piece is paced: the retry or outage backoff its last failure
+    /// called for.
+    pub(super) backoff: Duration,
     /// The last write of these rows got no answer (timed out, cut, reset): the sink may
     /// have stored them. Sent again only under the concurrency limit, and counted.
     pub(super) unanswered: bool,
     /// The sink pushed these rows back at more writes in flight than it took lately: they
     /// go again once the writes in flight are under the (cut) limit.
     pub(super) within_limit: bool,
-    /// The last write was cut short by the limit gate: the gate paces the resend, so it
-    /// does not wait for the retry budget (it would, for as long as the sink's timeout).
-    pub(super) cut: bool,
-    /// The sink answered that it is down (503s without Retry-After, one after another):
-    /// the outage's backoff paces the resend. The retry budget would not: an outage spends
-    /// it, and once the sink is back the batches would trickle out at its floor for many
-    /// seconds. (A write with no answer — refused, reset, timed out — stays on the budget:
-    /// a timeout is as often an overloaded sink, which resends must not pile onto.)
-    pub(super) outage: bool,
-    /// The sink refused these rows item by item while taking others: resent in turn at the
-    /// planned rate, not on the retry budget. All refused parts going at once when the
-    /// pause ended met the same full sink (a bulk sink at 4x: 11 refused resends in 0.5 s,
-    /// which spent the budget and stalled the worker for 10 s).
-    pub(super) refused_items: bool,
 }
 
-/// Halves a piece; the halves keep its attempt count but start a new throttle streak.
+impl Piece {
+    /// Rows not yet tried, or tried and answered for good (a new request).
+    pub(super) fn new(rows: Vec<Row>, attempts: u32) -> Self {
+        Piece {
+            rows,
+            attempts,
+            throttles: 0,
+            pace: Pace::First,
+            backoff: Duration::ZERO,
+            unanswered: false,
+            within_limit: false,
+        }
+    }
+
+    /// Whether these rows were sent before and not answered for good.
+    fn is_retry(&self) -> bool {
+        self.pace != Pace::First
+    }
+}
+
+/// Halves a piece; the halves keep its attempt count, whether they are a retry and whether
+/// the sink may hold them, but start a new throttle streak.
 pub(super) fn split(piece: Piece) -> [Piece; 2] {
+    let pace = if piece.is_retry() {
+        Pace::Retry
+    } else {
+        Pace::First
+    };
     let mut first = piece.rows;
     let second = first.split_off(first.len() / 2);
     let half = |rows| Piece {
-        rows,
-        attempts: piece.attempts,
-        throttles: 0,
-        retry: piece.retry,
+        pace,
         unanswered: piece.unanswered,
-        cut: false,
-        within_limit: false,
-        outage: false,
-        refused_items: false,
+        ..Piece::new(rows, piece.attempts)
     };
     // Pieces are popped from the end: push the second half first to keep the order.
     [half(second), half(first)]

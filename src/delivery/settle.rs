@@ -1,0 +1,353 @@
+//! How each answer of the sink settles a piece of a batch: what is taken is counted, what
+//! may pass goes again (paced as its failure asks), what is bad is dead-lettered, and a
+//! batch the sink rejects whole is halved until the bad rows are found.
+
+use std::time::Duration;
+
+use super::piece::{Pace, Piece, split};
+use super::{Delivery, FatalSinkError, row_bytes};
+use crate::control::sink_limit::{Refused, Unit};
+use crate::control::unexplained::UnexplainedFailures;
+use crate::record::{DeadLetter, Row};
+use crate::sink::{ItemOutcome, WriteOutcome};
+use crate::stats::Stats;
+use crate::telemetry::metrics::ITEMS;
+
+/// After this many throttles in a row a batch may be larger than the sink ever takes at
+/// once (its burst): split it rather than livelock on it.
+const THROTTLES_BEFORE_SPLIT: u32 = 3;
+
+/// A batch on its way to a final state.
+pub(super) struct Settling {
+    /// Pieces still to be written, the next at the end.
+    pub(super) todo: Vec<Piece>,
+    pub(super) dead: Vec<DeadLetter>,
+    /// Answers in a row that the sink is down: the outage backoff's attempt.
+    outages: u32,
+    pub(super) unexplained: UnexplainedFailures,
+}
+
+impl Settling {
+    pub(super) fn new(rows: Vec<Row>, dead: Vec<DeadLetter>) -> Self {
+        Settling {
+            todo: vec![Piece::new(rows, 0)],
+            dead,
+            outages: 0,
+            unexplained: UnexplainedFailures::default(),
+        }
+    }
+}
+
+/// The rows of a write the sink answered item by item, sorted by their outcome.
+#[derive(Default)]
+struct Sorted {
+    taken: Vec<Row>,
+    inserted: u64,
+    duplicates: u64,
+    throttled: Vec<Row>,
+    throttle_reason: Option<String>,
+    failed: Vec<Row>,
+    fail_reason: Option<String>,
+}
+
+impl Delivery {
+    /// Settles what `outcome` says of `piece`, sent at `sent_at` with `inflight` writes in
+    /// flight.
+    pub(super) fn settle(
+        &self,
+        s: &mut Settling,
+        mut piece: Piece,
+        outcome: WriteOutcome,
+        sent_at: Duration,
+        inflight: usize,
+    ) -> Result<(), FatalSinkError> {
+        match outcome {
+            WriteOutcome::Written {
+                inserted,
+                duplicates,
+            } => {
+                self.taken(s, inserted + duplicates, row_bytes(&piece.rows));
+                metrics::counter!(ITEMS, "outcome" => "written").increment(inserted);
+                metrics::counter!(ITEMS, "outcome" => "duplicate").increment(duplicates);
+                Stats::add(&self.stats.written, inserted);
+                Stats::add(&self.stats.duplicates, duplicates);
+            }
+            WriteOutcome::Upserted {
+                written,
+                deleted,
+                stale,
+                superseded,
+            } => {
+                self.taken(s, piece.rows.len() as u64, row_bytes(&piece.rows));
+                metrics::counter!(ITEMS, "outcome" => "written").increment(written);
+                metrics::counter!(ITEMS, "outcome" => "deleted").increment(deleted);
+                metrics::counter!(ITEMS, "outcome" => "stale").increment(stale);
+                metrics::counter!(ITEMS, "outcome" => "superseded").increment(superseded);
+                Stats::add(&self.stats.written, written);
+                Stats::add(&self.stats.deleted, deleted);
+                Stats::add(&self.stats.stale, stale);
+                Stats::add(&self.stats.superseded, superseded);
+            }
+            WriteOutcome::Throttled {
+                retry_after,
+                unit,
+                reason,
+            } => {
+                tracing::debug!(
+                    rows = piece.rows.len(),
+                    ?retry_after,
+                    "sink throttled: {reason}"
+                );
+                self.throttled(s, piece, retry_after, unit, sent_at, inflight);
+            }
+            WriteOutcome::Unavailable(reason) => {
+                s.outages += 1;
+                self.pressure.unavailable();
+                Stats::add(&self.stats.retries, 1);
+                piece.backoff = self.pressure.outage_wait(s.outages);
+                tracing::warn!(wait = ?piece.backoff, "sink unavailable, retrying: {reason}");
+                piece.pace = Pace::Retry;
+                piece.unanswered = true;
+                s.todo.push(piece);
+            }
+            WriteOutcome::Transient(reason) => self.failed(s, piece, &reason, true),
+            WriteOutcome::Rejected {
+                rows: Some(bad),
+                reason,
+            } => {
+                let attempts = piece.attempts + 1;
+                let mut keep = Vec::with_capacity(piece.rows.len());
+                for (i, row) in piece.rows.into_iter().enumerate() {
+                    if bad.contains(&i) {
+                        s.dead
+                            .push(DeadLetter::from_row(&row, reason.clone(), attempts));
+                    } else {
+                        keep.push(row);
+                    }
+                }
+                // The sink answered for good: sending the rest is a new request.
+                s.todo.push(Piece {
+                    throttles: piece.throttles,
+                    ..Piece::new(keep, piece.attempts)
+                });
+            }
+            WriteOutcome::Rejected { rows: None, reason } => {
+                if piece.rows.len() == 1 {
+                    let attempts = piece.attempts + 1;
+                    s.dead
+                        .push(DeadLetter::from_row(&piece.rows[0], reason, attempts));
+                } else {
+                    piece.pace = Pace::First;
+                    s.todo.extend(split(piece));
+                }
+            }
+            WriteOutcome::Unexplained(reason) => {
+                if piece.rows.len() == 1 {
+                    let attempts = piece.attempts + 1;
+                    let letter = DeadLetter::from_row(&piece.rows[0], reason, attempts);
+                    s.unexplained.failed_alone(letter);
+                } else {
+                    s.unexplained.failed();
+                    piece.pace = Pace::First;
+                    s.todo.extend(split(piece));
+                }
+            }
+            WriteOutcome::Items {
+                items,
+                retry_after,
+                unit,
+            } => {
+                if items.len() != piece.rows.len() {
+                    return Err(FatalSinkError(format!(
+                        "the sink answered {} items for {} records: which were written cannot be told",
+                        items.len(),
+                        piece.rows.len()
+                    )));
+                }
+                self.items(s, piece, items, retry_after, unit, sent_at);
+            }
+            WriteOutcome::Fatal(reason) => return Err(FatalSinkError(reason)),
+        }
+        Ok(())
+    }
+
+    /// The gate cut the write short: its fate is unknown, so it goes again under the limit.
+    pub(super) fn cut(&self, s: &mut Settling, mut piece: Piece) {
+        Stats::add(&self.stats.retries, 1);
+        tracing::debug!(
+            rows = piece.rows.len(),
+            "write cut short: far more in flight than the limit"
+        );
+        piece.pace = Pace::Limit;
+        piece.unanswered = true;
+        s.todo.push(piece);
+    }
+
+    /// The sink took `records` of `bytes`: an outage, if any, is over.
+    fn taken(&self, s: &mut Settling, records: u64, bytes: u64) {
+        s.outages = 0;
+        s.unexplained.written();
+        self.pressure.written(records, bytes);
+    }
+
+    fn throttled(
+        &self,
+        s: &mut Settling,
+        mut piece: Piece,
+        retry_after: Option<Duration>,
+        unit: Option<Unit>,
+        sent_at: Duration,
+        inflight: usize,
+    ) {
+        Stats::add(&self.stats.throttled, 1);
+        Stats::add(&self.stats.retries, 1);
+        metrics::counter!(ITEMS, "outcome" => "throttled").increment(piece.rows.len() as u64);
+        piece.pace = Pace::Retry;
+        if retry_after.is_none() && self.gate.explains(inflight) {
+            // More in flight than the sink took lately: the concurrency limit answers it
+            // (as Vector's ARC does), not a worker-wide pause nor a rate learned from it.
+            // Sent again under the limit.
+            piece.within_limit = true;
+            s.todo.push(piece);
+            return;
+        }
+        // The worker-wide pause this sets is waited out before the next write.
+        let outage = self.pressure.throttled(Refused {
+            sent_at,
+            retry_after,
+            hint: unit,
+            emptied: false,
+            records: piece.rows.len() as u64,
+            bytes: row_bytes(&piece.rows),
+        });
+        if outage {
+            piece.pace = Pace::Outage;
+        } else {
+            piece.throttles += 1;
+        }
+        // Smaller requests help a sink that counts records or bytes (a batch beyond its
+        // burst never fits), not one that counts requests.
+        if piece.throttles >= THROTTLES_BEFORE_SPLIT
+            && piece.rows.len() > 1
+            && self.pressure.binding() != Some(Unit::Requests)
+        {
+            s.todo.extend(split(piece));
+        } else {
+            s.todo.push(piece);
+        }
+    }
+
+    /// A failure that may pass: tried again after the retry backoff until
+    /// `retry.max_attempts`, then dead-lettered with `reason`. A request that failed
+    /// `whole` is first halved once more (the failure may be one row's doing); rows the
+    /// sink failed item by item were already judged one by one.
+    fn failed(&self, s: &mut Settling, mut piece: Piece, reason: &str, whole: bool) {
+        piece.attempts += 1;
+        if piece.attempts < self.max_attempts {
+            Stats::add(&self.stats.retries, 1);
+            piece.backoff = self.backoff.delay(piece.attempts, &mut rand::rng());
+            tracing::warn!(
+                records = piece.rows.len(),
+                attempt = piece.attempts,
+                wait = ?piece.backoff,
+                "sink failed, retrying: {reason}"
+            );
+            piece.pace = Pace::Retry;
+            s.todo.push(piece);
+        } else if whole && piece.rows.len() > 1 {
+            piece.attempts = self.max_attempts - 1;
+            piece.pace = Pace::Retry;
+            s.todo.extend(split(piece));
+        } else {
+            let attempts = piece.attempts;
+            s.dead.extend(piece.rows.iter().map(|r| {
+                DeadLetter::from_row(
+                    r,
+                    format!("gave up after {attempts} attempts: {reason}"),
+                    attempts,
+                )
+            }));
+        }
+    }
+
+    /// A write answered item by item: the items taken are settled, rejected ones
+    /// dead-lettered, refused ones resent in turn, failed ones retried.
+    fn items(
+        &self,
+        s: &mut Settling,
+        piece: Piece,
+        items: Vec<ItemOutcome>,
+        retry_after: Option<Duration>,
+        unit: Option<Unit>,
+        sent_at: Duration,
+    ) {
+        let sent = piece.rows.len();
+        let attempts = piece.attempts + 1;
+        let mut sorted = Sorted::default();
+        for (row, item) in piece.rows.into_iter().zip(items) {
+            metrics::counter!(ITEMS, "outcome" => item.label()).increment(1);
+            match item {
+                ItemOutcome::Written => {
+                    sorted.inserted += 1;
+                    sorted.taken.push(row);
+                }
+                ItemOutcome::Duplicate => {
+                    sorted.duplicates += 1;
+                    sorted.taken.push(row);
+                }
+                ItemOutcome::Throttled(reason) => {
+                    sorted.throttle_reason.get_or_insert(reason);
+                    sorted.throttled.push(row);
+                }
+                ItemOutcome::Failed(reason) => {
+                    sorted.fail_reason.get_or_insert(reason);
+                    sorted.failed.push(row);
+                }
+                ItemOutcome::Rejected(reason) => {
+                    s.dead.push(DeadLetter::from_row(&row, reason, attempts));
+                }
+            }
+        }
+        if !sorted.taken.is_empty() {
+            let taken = sorted.inserted + sorted.duplicates;
+            self.taken(s, taken, row_bytes(&sorted.taken));
+            Stats::add(&self.stats.written, sorted.inserted);
+            Stats::add(&self.stats.duplicates, sorted.duplicates);
+        }
+        if !sorted.throttled.is_empty() {
+            let refused = sorted.throttled;
+            Stats::add(&self.stats.throttled, 1);
+            Stats::add(&self.stats.throttled_records, refused.len() as u64);
+            Stats::add(&self.stats.retries, 1);
+            tracing::debug!(
+                refused = refused.len(),
+                sent,
+                "sink refused part of the batch for now: {}",
+                sorted.throttle_reason.unwrap_or_default()
+            );
+            // Only the refused rows go again; the rest are settled. A sink that took part
+            // of the batch takes batches of this size: no split.
+            let outage = self.pressure.throttled_share(
+                Refused {
+                    sent_at,
+                    retry_after,
+                    hint: unit,
+                    // Items refused for room: the sink had none left.
+                    emptied: true,
+                    records: refused.len() as u64,
+                    bytes: row_bytes(&refused),
+                },
+                refused.len() as f64 / sent as f64,
+            );
+            s.todo.push(Piece {
+                throttles: piece.throttles + u32::from(!outage),
+                pace: if outage { Pace::Outage } else { Pace::Turn },
+                ..Piece::new(refused, piece.attempts)
+            });
+        }
+        if !sorted.failed.is_empty() {
+            let reason = sorted.fail_reason.unwrap_or_default();
+            self.failed(s, Piece::new(sorted.failed, piece.attempts), &reason, false);
+        }
+    }
+}
