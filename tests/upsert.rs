@@ -197,7 +197,15 @@ async fn kafka_change_events_two_workers_one_killed_newest_version_wins() {
             .status()
             .unwrap();
         assert!(status.success());
-        let out = finish(worker, Duration::from_secs(60)).await;
+        let out = tokio::time::timeout(Duration::from_secs(60), worker.wait_with_output())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "worker still running 60 s after SIGTERM:\n{}",
+                    log.lock().unwrap()
+                )
+            })
+            .unwrap();
         assert!(out.status.success(), "{}", log.lock().unwrap());
         outs.push(out);
     }
