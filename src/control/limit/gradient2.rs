@@ -16,12 +16,14 @@
 //! Vegas and AIMD back off theirs. A hard limit shows no latency gradient at all: before,
 //! each round at 6 against a sink deferring above 5 cut to 4 (6 × 0.5 smoothed) and the
 //! allowance climbed back to 6 within four rounds, a deferral (and the worker's pause)
-//! every 0.4 s.
+//! every 0.4 s. While the gate reports writes stalled (a drop not yet timed out, see
+//! [`Stalled`]), a round neither raises the limit past them nor counts as a probe that
+//! held.
 
 use std::time::Duration;
 
 use super::pushed_back::PushedBack;
-use super::{ConcurrencyLimit, Sample, Window};
+use super::{ConcurrencyLimit, Sample, Stalled, Window};
 
 /// An exponential average with a plain-average warm-up, as Netflix's ExpAvgMeasurement.
 #[derive(Debug, Clone)]
@@ -65,6 +67,8 @@ pub struct Gradient2Limit {
     slow_start: bool,
     /// The level the sink last pushed back at, and the wait before probing it again.
     pushed_back: PushedBack,
+    /// Writes stalled as the last sample came (see [`Stalled`]).
+    stalled: Option<Stalled>,
 }
 
 impl Gradient2Limit {
@@ -95,6 +99,7 @@ impl Gradient2Limit {
             window: Window::default(),
             slow_start: true,
             pushed_back: PushedBack::default(),
+            stalled: None,
         }
     }
 
@@ -111,6 +116,7 @@ impl Gradient2Limit {
     /// Sets the limit to `new` unless that would probe a level pushed back at before its
     /// hold is over.
     fn grow_to(&mut self, new: f64) {
+        let new = Stalled::cap(self.stalled, self.estimated, new);
         if !self.pushed_back.allows(self.estimated, new) {
             return;
         }
@@ -121,6 +127,10 @@ impl Gradient2Limit {
 impl ConcurrencyLimit for Gradient2Limit {
     fn limit(&self) -> usize {
         self.estimated as usize
+    }
+
+    fn stalled(&mut self, stalled: Option<Stalled>) {
+        self.stalled = stalled;
     }
 
     fn on_sample(&mut self, s: Sample) {
@@ -148,7 +158,9 @@ impl ConcurrencyLimit for Gradient2Limit {
             self.pushed_back(s.inflight, s.drops);
             return;
         }
-        self.pushed_back.ran(s.inflight);
+        if self.stalled.is_none() {
+            self.pushed_back.ran(s.inflight);
+        }
         if (s.inflight as f64) < self.estimated / 2.0 {
             return;
         }
@@ -316,6 +328,29 @@ mod tests {
             pushed(&mut l, n, 0);
         }
         assert!(l.limit() >= 7, "the probe held: {}", l.limit());
+    }
+
+    /// A probe of 6 whose drop is still unanswered: its round is answered in good time,
+    /// but it is no probe that held, and the limit does not grow past 6.
+    #[test]
+    fn a_round_with_a_stalled_write_neither_grows_past_it_nor_forgets_the_level() {
+        let mut l = Gradient2Limit::new(6, 1, 64, 0.2, 1.5, 1.0);
+        pushed(&mut l, 6, 1);
+        while l.limit() < 6 {
+            let n = l.limit();
+            pushed(&mut l, n, 0);
+        }
+        l.stalled(Some(Stalled { level: 6, count: 1 }));
+        for _ in 0..5 {
+            pushed(&mut l, 6, 0);
+        }
+        assert_eq!(l.limit(), 6, "held while the write is stalled");
+        assert_eq!(l.pushed_back.level(), Some(6), "not forgotten");
+        l.stalled(None);
+        for _ in 0..3 {
+            pushed(&mut l, 6, 0);
+        }
+        assert!(l.limit() >= 7, "answered: the probe held ({})", l.limit());
     }
 
     #[test]

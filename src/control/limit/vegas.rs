@@ -18,12 +18,14 @@
 //! `+log10`, as a loss ends TCP's slow start), and L is probed again only after 1, 2, 4 …
 //! 16 rounds below it while probes of it keep being pushed back (as AIMD backs off its
 //! probes). Against a rate limit, which shows no queue, this is what stops it: before, it
-//! climbed to 60 in flight and the deferrals came in a burst.
+//! climbed to 60 in flight and the deferrals came in a burst. While the gate reports
+//! writes stalled (a drop not yet timed out, see [`Stalled`]), a round neither raises the
+//! limit past them nor counts as a probe of the level pushed back that held.
 
 use std::time::Duration;
 
 use super::pushed_back::PushedBack;
-use super::{ConcurrencyLimit, Sample, Window};
+use super::{ConcurrencyLimit, Sample, Stalled, Window};
 
 /// A round whose fastest write was within this share of the no-load latency confirms it:
 /// the probe that would drain to the minimum is skipped (as BBR probes its minimum RTT
@@ -51,6 +53,8 @@ pub struct VegasLimit {
     pushed_back: PushedBack,
     /// Since the last probe, a round ran at the no-load latency.
     floor_seen: bool,
+    /// Writes stalled as the last sample came (see [`Stalled`]).
+    stalled: Option<Stalled>,
 }
 
 /// Netflix's Log10RootFunction: an integer log10, at least 1.
@@ -76,6 +80,7 @@ impl VegasLimit {
             window: Window::default(),
             pushed_back: PushedBack::default(),
             floor_seen: false,
+            stalled: None,
         };
         v.reset_probe_jitter();
         v
@@ -118,7 +123,9 @@ impl VegasLimit {
             .pushed_back
             .level()
             .is_none_or(|at| limit + beta < at as f64);
-        self.pushed_back.ran(inflight);
+        if self.stalled.is_none() {
+            self.pushed_back.ran(inflight);
+        }
         let new = if ((inflight * 2) as f64) < limit {
             return; // the limit is not what holds us back
         } else if queue <= threshold && aggressive {
@@ -133,6 +140,7 @@ impl VegasLimit {
         };
         let new = new.clamp(self.min as f64, self.max as f64);
         let new = (1.0 - smoothing) * limit + smoothing * new;
+        let new = Stalled::cap(self.stalled, limit, new);
         if !self.pushed_back.allows(limit, new) {
             return;
         }
@@ -146,6 +154,10 @@ impl ConcurrencyLimit for VegasLimit {
             Some(_) => self.min,
             None => self.estimated as usize,
         }
+    }
+
+    fn stalled(&mut self, stalled: Option<Stalled>) {
+        self.stalled = stalled;
     }
 
     fn on_sample(&mut self, s: Sample) {
@@ -293,6 +305,29 @@ mod tests {
         assert_eq!(l.limit(), 11, "the probe held: + 1");
         round(&mut l, 11, 10, 11, 0);
         assert_eq!(l.limit(), 17, "and + beta again after it");
+    }
+
+    /// A probe of 10 whose drop is still unanswered: its round reads as no queue, but
+    /// it is no probe that held, and the limit does not grow past 10.
+    #[test]
+    fn a_round_with_a_stalled_write_neither_grows_past_it_nor_forgets_the_level() {
+        let mut l = netflix();
+        round(&mut l, 10, 10, 10, 1);
+        round(&mut l, 9, 10, 9, 0);
+        round(&mut l, 9, 10, 9, 0);
+        assert_eq!(l.limit(), 10, "probes 10");
+        l.stalled(Some(Stalled {
+            level: 10,
+            count: 1,
+        }));
+        for _ in 0..3 {
+            round(&mut l, 10, 10, 10, 0);
+        }
+        assert_eq!(l.limit(), 10, "held while the write is stalled");
+        assert_eq!(l.pushed_back.level(), Some(10), "not forgotten");
+        l.stalled(None);
+        round(&mut l, 10, 10, 10, 0);
+        assert_eq!(l.limit(), 11, "answered: the probe held");
     }
 
     #[test]
