@@ -36,6 +36,7 @@ pub struct Window {
     sum: f64,
     min: Option<Duration>,
     max_inflight: usize,
+    min_inflight: Option<usize>,
     dropped: bool,
     drops: usize,
 }
@@ -49,6 +50,8 @@ pub struct Judged {
     pub min_rtt: Duration,
     /// Most writes in flight any of them started with.
     pub inflight: usize,
+    /// Fewest writes in flight any of them started with.
+    pub min_inflight: usize,
     pub dropped: bool,
     /// How many of its samples were drops.
     pub drops: usize,
@@ -73,6 +76,7 @@ impl Window {
         self.sum += s.rtt.as_secs_f64();
         self.min = Some(self.min.map_or(s.rtt, |m| m.min(s.rtt)));
         self.max_inflight = self.max_inflight.max(s.inflight);
+        self.min_inflight = Some(self.min_inflight.map_or(s.inflight, |m| m.min(s.inflight)));
         self.dropped |= s.dropped;
         self.drops += usize::from(s.dropped);
         if self.count < round {
@@ -82,6 +86,7 @@ impl Window {
             rtt: Duration::from_secs_f64(self.sum / self.count as f64),
             min_rtt: self.min.unwrap_or_default(),
             inflight: self.max_inflight,
+            min_inflight: self.min_inflight.unwrap_or_default(),
             dropped: self.dropped,
             drops: self.drops,
             count: self.count,
