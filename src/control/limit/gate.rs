@@ -49,22 +49,61 @@ const STALLED_AFTER: f64 = 1.5;
 /// Unanswered writes tracked at most (a write whose end is never reported must not grow
 /// the list without bound).
 const OUTSTANDING: usize = 1024;
+/// [`stall_after`] is worked out again once the recent answered writes have all been
+/// replaced (and on each of the first few), not on every one: a selection per write
+/// doubled the control loop's cost of a tick.
+const STALL_AFTER_EVERY: u32 = ANSWERED as u32;
+/// While fewer writes than this were answered, [`stall_after`] follows each one.
+const STALL_AFTER_WARMUP: usize = 16;
 
-/// The writes stalled at `now` among `outstanding` (started at, writes in flight then),
-/// given recent answered round trips (reordered here); `None` while nothing was answered
-/// to judge by.
-pub fn stalled(
-    outstanding: &[(Instant, usize)],
-    answered: &mut [Duration],
-    now: Instant,
-) -> Option<Stalled> {
-    if answered.is_empty() || outstanding.is_empty() {
+/// The writes not yet answered, and how long one may run before it is stalled.
+#[derive(Default)]
+struct Outstanding {
+    /// (started at, writes in flight then), oldest first.
+    writes: VecDeque<(Instant, usize)>,
+    stall_after: Option<Duration>,
+    /// Answered writes since `stall_after` was worked out.
+    answers: u32,
+}
+
+/// How long a write may run unanswered before it is stalled, given recent answered round
+/// trips (reordered here); `None` while nothing was answered to judge by.
+pub fn stall_after(answered: &mut [Duration]) -> Option<Duration> {
+    if answered.is_empty() {
         return None;
     }
     let p90 = (answered.len() - 1) * 9 / 10;
-    let after = answered.select_nth_unstable(p90).1.mul_f64(STALLED_AFTER);
+    Some(answered.select_nth_unstable(p90).1.mul_f64(STALLED_AFTER))
+}
+
+/// Which of `writes` (started at, writes in flight then) started nearest to `began`, among
+/// those started with `inflight` in flight if given.
+fn nearest(
+    writes: &VecDeque<(Instant, usize)>,
+    began: Instant,
+    inflight: Option<usize>,
+) -> Option<usize> {
+    let mut found: Option<(usize, Duration)> = None;
+    for (i, (at, n)) in writes.iter().enumerate() {
+        if inflight.is_none_or(|inflight| *n == inflight) {
+            let apart = at.duration_since(began) + began.duration_since(*at);
+            if found.is_none_or(|(_, best)| apart < best) {
+                found = Some((i, apart));
+            }
+        }
+    }
+    found.map(|(i, _)| i)
+}
+
+/// The writes stalled at `now` among `outstanding` (started at, writes in flight then;
+/// oldest first): those unanswered for longer than `after`.
+pub fn stalled(
+    outstanding: &VecDeque<(Instant, usize)>,
+    after: Duration,
+    now: Instant,
+) -> Option<Stalled> {
     let mut found: Option<Stalled> = None;
-    for (_, level) in outstanding.iter().filter(|(at, _)| now - *at > after) {
+    for (_, level) in outstanding.iter().take_while(|(at, _)| now - *at > after) {
         let s = found.get_or_insert(Stalled {
             level: *level,
             count: 0,
@@ -100,8 +139,7 @@ pub struct LimitGate {
     /// Recent answered writes (round trip, when answered, writes in flight when it
     /// started), newest last.
     answered: Mutex<VecDeque<(Duration, Instant, usize)>>,
-    /// Writes not yet answered: (started at, writes in flight then).
-    outstanding: Mutex<Vec<(Instant, usize)>>,
+    outstanding: Mutex<Outstanding>,
     /// Whether overdue writes are cut and resends wait under the limit
     /// (`[concurrency] cut_overdue`).
     cuts: bool,
@@ -117,7 +155,7 @@ impl LimitGate {
             limit: Mutex::new(limit),
             writes_in_flight: AtomicUsize::new(0),
             answered: Mutex::new(VecDeque::with_capacity(ANSWERED)),
-            outstanding: Mutex::new(Vec::new()),
+            outstanding: Mutex::new(Outstanding::default()),
             cuts: true,
             changed: Notify::new(),
             contradicted: Mutex::new(None),
@@ -168,10 +206,10 @@ impl LimitGate {
     /// A write started with `inflight` in flight, now.
     fn track(&self, inflight: usize) {
         let mut outstanding = crate::lock::lock(&self.outstanding);
-        if outstanding.len() == OUTSTANDING {
-            outstanding.remove(0);
+        if outstanding.writes.len() == OUTSTANDING {
+            outstanding.writes.pop_front();
         }
-        outstanding.push((Instant::now(), inflight));
+        outstanding.writes.push_back((Instant::now(), inflight));
     }
 
     /// The write that `started` returned `inflight` for has ended.
@@ -180,18 +218,13 @@ impl LimitGate {
         let now = Instant::now();
         let stalled = {
             let mut outstanding = crate::lock::lock(&self.outstanding);
-            // Its own entry: started with `inflight` in flight, nearest to `now − rtt`.
+            // Its own entry: started with `inflight` in flight, nearest to `now − rtt` (if
+            // reported with another count than it started with, the nearest in time).
             let began = now.checked_sub(rtt).unwrap_or(now);
-            let mine = outstanding
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, (at, n))| {
-                    let apart = at.duration_since(began) + began.duration_since(*at);
-                    (*n != inflight, apart)
-                })
-                .map(|(i, _)| i);
+            let mine = nearest(&outstanding.writes, began, Some(inflight))
+                .or_else(|| nearest(&outstanding.writes, began, None));
             if let Some(i) = mine {
-                outstanding.swap_remove(i);
+                outstanding.writes.remove(i);
             }
             let mut answered = crate::lock::lock(&self.answered);
             if !dropped {
@@ -199,13 +232,22 @@ impl LimitGate {
                     answered.pop_front();
                 }
                 answered.push_back((rtt, now, inflight));
+                outstanding.answers += 1;
             }
-            let (a, b) = answered.as_slices();
-            let mut rtts = [Duration::ZERO; ANSWERED];
-            for (slot, (rtt, _, _)) in rtts.iter_mut().zip(a.iter().chain(b)) {
-                *slot = *rtt;
+            if outstanding.stall_after.is_none()
+                || outstanding.answers >= STALL_AFTER_EVERY
+                || answered.len() < STALL_AFTER_WARMUP
+            {
+                let mut rtts = [Duration::ZERO; ANSWERED];
+                for (slot, (rtt, _, _)) in rtts.iter_mut().zip(answered.iter()) {
+                    *slot = *rtt;
+                }
+                outstanding.stall_after = stall_after(&mut rtts[..answered.len()]);
+                outstanding.answers = 0;
             }
-            stalled(&outstanding, &mut rtts[..answered.len()], now)
+            outstanding
+                .stall_after
+                .and_then(|after| stalled(&outstanding.writes, after, now))
         };
         let mut limit = self.lock();
         limit.stalled(stalled);
@@ -492,18 +534,20 @@ mod tests {
         let ago = |n: u64| now - ms(n);
         let mut rtts = vec![ms(100); 9];
         rtts.push(ms(400));
-        let outstanding = [(ago(140), 5), (ago(160), 6), (ago(900), 7), (ago(50), 3)];
+        let after = stall_after(&mut rtts);
         assert_eq!(
-            stalled(&outstanding, &mut rtts, now),
-            Some(Stalled { level: 6, count: 2 }),
-            "past 1.5 × 100 ms (the p90 of ten, not their slowest)"
+            after,
+            Some(ms(150)),
+            "1.5 × the p90 of ten, not their slowest"
         );
-        assert_eq!(stalled(&outstanding[..1], &mut rtts, now), None);
+        assert_eq!(stall_after(&mut []), None, "nothing answered");
+        let outstanding =
+            VecDeque::from([(ago(900), 7), (ago(160), 6), (ago(140), 5), (ago(50), 3)]);
         assert_eq!(
-            stalled(&outstanding, &mut [], now),
-            None,
-            "nothing answered"
+            stalled(&outstanding, ms(150), now),
+            Some(Stalled { level: 6, count: 2 })
         );
+        assert_eq!(stalled(&outstanding, ms(1000), now), None);
     }
 
     /// What the gate told a limit last.
