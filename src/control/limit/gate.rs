@@ -76,23 +76,34 @@ pub fn stall_after(answered: &mut [Duration]) -> Option<Duration> {
     Some(answered.select_nth_unstable(p90).1.mul_f64(STALLED_AFTER))
 }
 
-/// Which of `writes` (started at, writes in flight then) started nearest to `began`, among
-/// those started with `inflight` in flight if given.
+/// Which of `writes` (started at, writes in flight then; oldest first) started nearest to
+/// `began`, among those started with `inflight` in flight if given: found from where
+/// `began` falls, outwards, so a tick does not scan every write in flight.
 fn nearest(
     writes: &VecDeque<(Instant, usize)>,
     began: Instant,
     inflight: Option<usize>,
 ) -> Option<usize> {
-    let mut found: Option<(usize, Duration)> = None;
-    for (i, (at, n)) in writes.iter().enumerate() {
-        if inflight.is_none_or(|inflight| *n == inflight) {
-            let apart = at.duration_since(began) + began.duration_since(*at);
-            if found.is_none_or(|(_, best)| apart < best) {
-                found = Some((i, apart));
-            }
+    let mut below = writes.partition_point(|(at, _)| *at < began);
+    let mut above = below;
+    loop {
+        let earlier = below.checked_sub(1).map(|i| (i, began - writes[i].0));
+        let later = writes.get(above).map(|(at, _)| (above, *at - began));
+        let (i, _) = match (earlier, later) {
+            (Some(e), Some(l)) if e.1 <= l.1 => e,
+            (_, Some(l)) => l,
+            (Some(e), None) => e,
+            (None, None) => return None,
+        };
+        if inflight.is_none_or(|inflight| writes[i].1 == inflight) {
+            return Some(i);
+        }
+        if i < below {
+            below -= 1;
+        } else {
+            above += 1;
         }
     }
-    found.map(|(i, _)| i)
 }
 
 /// The writes stalled at `now` among `outstanding` (started at, writes in flight then;
@@ -102,8 +113,9 @@ pub fn stalled(
     after: Duration,
     now: Instant,
 ) -> Option<Stalled> {
+    let cutoff = now.checked_sub(after)?;
     let mut found: Option<Stalled> = None;
-    for (_, level) in outstanding.iter().take_while(|(at, _)| now - *at > after) {
+    for (_, level) in outstanding.iter().take_while(|(at, _)| *at < cutoff) {
         let s = found.get_or_insert(Stalled {
             level: *level,
             count: 0,
@@ -548,6 +560,20 @@ mod tests {
             Some(Stalled { level: 6, count: 2 })
         );
         assert_eq!(stalled(&outstanding, ms(1000), now), None);
+    }
+
+    #[test]
+    fn a_finished_write_is_found_by_its_count_nearest_to_when_it_began() {
+        let t0 = Instant::now();
+        let at = |n: u64| t0 + ms(n);
+        let writes = VecDeque::from([(at(10), 1), (at(20), 2), (at(30), 2), (at(40), 3)]);
+        assert_eq!(nearest(&writes, at(31), Some(2)), Some(2));
+        assert_eq!(nearest(&writes, at(24), Some(2)), Some(1));
+        assert_eq!(nearest(&writes, at(12), Some(3)), Some(3), "however far");
+        assert_eq!(nearest(&writes, at(36), None), Some(3));
+        assert_eq!(nearest(&writes, at(0), None), Some(0));
+        assert_eq!(nearest(&writes, at(20), Some(9)), None);
+        assert_eq!(nearest(&VecDeque::new(), at(20), None), None);
     }
 
     /// What the gate told a limit last.
