@@ -77,32 +77,27 @@ pub fn stall_after(answered: &mut [Duration]) -> Option<Duration> {
 }
 
 /// Which of `writes` (started at, writes in flight then; oldest first) started nearest to
-/// `began`, among those started with `inflight` in flight if given: found from where
-/// `began` falls, outwards, so a tick does not scan every write in flight.
+/// `began`, among those started with `inflight` in flight if given: the first such at or
+/// after `began`, and the last before it no farther away, so a tick neither scans every
+/// write in flight nor measures each one's distance.
 fn nearest(
     writes: &VecDeque<(Instant, usize)>,
     began: Instant,
     inflight: Option<usize>,
 ) -> Option<usize> {
-    let mut below = writes.partition_point(|(at, _)| *at < began);
-    let mut above = below;
-    loop {
-        let earlier = below.checked_sub(1).map(|i| (i, began - writes[i].0));
-        let later = writes.get(above).map(|(at, _)| (above, *at - began));
-        let (i, _) = match (earlier, later) {
-            (Some(e), Some(l)) if e.1 <= l.1 => e,
-            (_, Some(l)) => l,
-            (Some(e), None) => e,
-            (None, None) => return None,
-        };
-        if inflight.is_none_or(|inflight| writes[i].1 == inflight) {
-            return Some(i);
-        }
-        if i < below {
-            below -= 1;
-        } else {
-            above += 1;
-        }
+    let matches = |i: &usize| inflight.is_none_or(|inflight| writes[*i].1 == inflight);
+    let split = writes.partition_point(|(at, _)| *at < began);
+    let after = (split..writes.len()).find(matches);
+    // Writes that began before `stop` are farther than `after`.
+    let stop = after.and_then(|i| began.checked_sub(writes[i].0 - began));
+    let before = (0..split)
+        .rev()
+        .take_while(|i| stop.is_none_or(|stop| writes[*i].0 >= stop))
+        .find(matches);
+    match (before, after) {
+        (Some(b), Some(a)) if began - writes[b].0 <= writes[a].0 - began => Some(b),
+        (_, Some(a)) => Some(a),
+        (b, None) => b,
     }
 }
 
