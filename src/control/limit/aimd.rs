@@ -14,7 +14,9 @@
 //!   samples break the target by design. After a cut from level L, L is probed again only
 //!   after 1, 2, 4 … 16 good windows below it (doubling while probes of L keep failing,
 //!   like CUBIC's plateau near its last maximum); a probe that holds clears it. Samples of
-//!   writes started above the current limit (before a cut) are not judged again.
+//!   writes started above the current limit (before a cut) are not judged again. While
+//!   the gate reports writes stalled (a drop not yet timed out, see [`Stalled`]), a good
+//!   window neither raises the limit past them nor counts as a probe that held.
 //!
 //! Until its first cut the limit grows by `increase` per round of writes (a window of one
 //! sample per slot) while no sample breaks the target, so it finds the knee in a few round
@@ -22,7 +24,7 @@
 
 use std::time::Duration;
 
-use super::{ConcurrencyLimit, Sample};
+use super::{ConcurrencyLimit, Sample, Stalled};
 
 /// The most good windows a failed probe level is held off for.
 const MAX_HOLD: u32 = 16;
@@ -50,6 +52,8 @@ pub struct AimdLimit {
     /// Good windows to wait below `failed_level` before probing it again, and waited so far.
     hold: u32,
     held: u32,
+    /// Writes stalled as the last sample came (see [`Stalled`]).
+    stalled: Option<Stalled>,
 }
 
 impl AimdLimit {
@@ -88,6 +92,7 @@ impl AimdLimit {
             failed_level: None,
             hold: 0,
             held: 0,
+            stalled: None,
         }
     }
 
@@ -122,11 +127,11 @@ impl AimdLimit {
             }
             self.held = 0;
         } else if self.max_inflight * 2 + 1 >= level {
-            if self.failed_level.is_some_and(|failed| level >= failed) {
+            if self.stalled.is_none() && self.failed_level.is_some_and(|failed| level >= failed) {
                 // The probe held: the sink takes this level now.
                 self.failed_level = None;
             }
-            let next = self.limit + self.increase;
+            let next = Stalled::cap(self.stalled, self.limit, self.limit + self.increase);
             match self.failed_level {
                 Some(failed) if next as usize >= failed && self.held < self.hold => {
                     self.held += 1;
@@ -145,6 +150,10 @@ impl AimdLimit {
 impl ConcurrencyLimit for AimdLimit {
     fn limit(&self) -> usize {
         self.limit as usize
+    }
+
+    fn stalled(&mut self, stalled: Option<Stalled>) {
+        self.stalled = stalled;
     }
 
     fn on_sample(&mut self, s: Sample) {
@@ -276,6 +285,34 @@ mod tests {
             9,
             "the other writes of the failed round do not cut again"
         );
+    }
+
+    /// A probe of 6 whose drop is still unanswered: the other writes come back in good
+    /// time, but the window is no probe that held, and the limit does not grow past 6.
+    #[test]
+    fn a_window_with_a_stalled_write_neither_grows_past_it_nor_clears_the_failed_level() {
+        let mut l = AimdLimit::new(6, 1, 100, 1.0, 0.9, ms(150), 0.95, 10);
+        l.on_sample(Sample {
+            dropped: true,
+            ..sample(100, 6)
+        });
+        assert_eq!(l.limit(), 5, "5.4");
+        for _ in 0..80 {
+            l.on_sample(sample(100, 5));
+        }
+        assert_eq!(l.limit(), 6, "6.4 after one held window: probes 6");
+        l.stalled(Some(Stalled { level: 6, count: 1 }));
+        for _ in 0..80 {
+            l.on_sample(sample(100, 6));
+        }
+        assert_eq!(l.limit(), 6, "held at 6.4 while the write is stalled");
+        assert_eq!(l.failed_level, Some(6), "not forgotten");
+        l.stalled(None);
+        l.on_sample(Sample {
+            dropped: true,
+            ..sample(1000, 6)
+        });
+        assert_eq!(l.hold, 2, "the same level failed again: the wait doubles");
     }
 
     /// Each failed probe of the same level doubles the good windows waited before the

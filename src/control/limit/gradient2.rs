@@ -8,7 +8,8 @@
 //! been. Two departures from Netflix's, both measured on Vector's shallow knee (75.3
 //! requests/s before, of ~100): the queue allowance is added only while latency is within
 //! a tenth of the tolerance's margin over the long average (see [`GROWTH_BAND`]), and the
-//! limit starts by one per round until latency first leaves that band.
+//! limit starts by one per round until latency first leaves that band (the start's last
+//! step undone if the round after that is past the band too).
 //!
 //! A round with drops (429s, timeouts) cuts once, unsmoothed, by the writes pushed back
 //! (at most by half, the gradient's floor), and the level pushed back is probed again
@@ -16,12 +17,14 @@
 //! Vegas and AIMD back off theirs. A hard limit shows no latency gradient at all: before,
 //! each round at 6 against a sink deferring above 5 cut to 4 (6 × 0.5 smoothed) and the
 //! allowance climbed back to 6 within four rounds, a deferral (and the worker's pause)
-//! every 0.4 s.
+//! every 0.4 s. While the gate reports writes stalled (a drop not yet timed out, see
+//! [`Stalled`]), a round neither raises the limit past them nor counts as a probe that
+//! held.
 
 use std::time::Duration;
 
 use super::pushed_back::PushedBack;
-use super::{ConcurrencyLimit, Sample, Window};
+use super::{ConcurrencyLimit, Sample, Stalled, Window};
 
 /// An exponential average with a plain-average warm-up, as Netflix's ExpAvgMeasurement.
 #[derive(Debug, Clone)]
@@ -65,6 +68,12 @@ pub struct Gradient2Limit {
     slow_start: bool,
     /// The level the sink last pushed back at, and the wait before probing it again.
     pushed_back: PushedBack,
+    /// Writes stalled as the last sample came (see [`Stalled`]).
+    stalled: Option<Stalled>,
+    /// The limit before the last round raised it, until the next round is judged.
+    raised_from: Option<f64>,
+    /// The limit before the start's last step, until the round after the start is judged.
+    exit_from: Option<f64>,
 }
 
 impl Gradient2Limit {
@@ -95,6 +104,9 @@ impl Gradient2Limit {
             window: Window::default(),
             slow_start: true,
             pushed_back: PushedBack::default(),
+            stalled: None,
+            raised_from: None,
+            exit_from: None,
         }
     }
 
@@ -102,6 +114,7 @@ impl Gradient2Limit {
     fn pushed_back(&mut self, inflight: usize, drops: usize) {
         self.pushed_back.pushed_back(inflight);
         self.slow_start = false;
+        self.raised_from = None;
         let cut = (drops as f64).min(self.estimated / 2.0);
         self.estimated = (self.estimated - cut)
             .max(self.min as f64)
@@ -111,16 +124,25 @@ impl Gradient2Limit {
     /// Sets the limit to `new` unless that would probe a level pushed back at before its
     /// hold is over.
     fn grow_to(&mut self, new: f64) {
+        let new = Stalled::cap(self.stalled, self.estimated, new);
         if !self.pushed_back.allows(self.estimated, new) {
             return;
         }
+        let before = self.estimated;
         self.estimated = new.max(self.min as f64).min(self.max as f64);
+        if self.estimated > before {
+            self.raised_from = Some(before);
+        }
     }
 }
 
 impl ConcurrencyLimit for Gradient2Limit {
     fn limit(&self) -> usize {
         self.estimated as usize
+    }
+
+    fn stalled(&mut self, stalled: Option<Stalled>) {
+        self.stalled = stalled;
     }
 
     fn on_sample(&mut self, s: Sample) {
@@ -148,7 +170,9 @@ impl ConcurrencyLimit for Gradient2Limit {
             self.pushed_back(s.inflight, s.drops);
             return;
         }
-        self.pushed_back.ran(s.inflight);
+        if self.stalled.is_none() {
+            self.pushed_back.ran(s.inflight);
+        }
         if (s.inflight as f64) < self.estimated / 2.0 {
             return;
         }
@@ -160,6 +184,18 @@ impl ConcurrencyLimit for Gradient2Limit {
         // the tolerance, and cuts past it.
         let grows = short <= long * (1.0 + (self.tolerance - 1.0) * GROWTH_BAND);
         let queue = if grows { self.queue } else { 0.0 };
+        let raised_from = self.raised_from.take();
+        if let Some(before) = self.exit_from.take()
+            && !grows
+        {
+            // The round after the start ended, all of it at the limit, is past the band
+            // too: the start's last step bought latency, not writes. (Held instead, as
+            // within the tolerance, the start settled at 13 on Vector's shallow knee, where
+            // 12 take 121 ms and 13 take 134: the round that ends the start lags, mixing
+            // writes started under the limit before.) A single round past the band, as a
+            // jittery sink shows now and then, undoes nothing.
+            self.estimated = self.estimated.min(before);
+        }
         if self.slow_start {
             if grows {
                 // One more write per round, as AIMD starts: the smoothed queue allowance
@@ -168,6 +204,7 @@ impl ConcurrencyLimit for Gradient2Limit {
                 return;
             }
             self.slow_start = false; // latency past the growth band
+            self.exit_from = raised_from;
         }
         let new = self.estimated * gradient + queue;
         let smoothing = s.weight(self.smoothing);
@@ -224,13 +261,15 @@ mod tests {
     }
 
     /// Between 1.05 × and 1.5 × the long average the limit holds: Netflix's kept adding
-    /// its queue allowance there and settled at 1.5 ×.
+    /// its queue allowance there and settled at 1.5 ×. (Once the start is over: rounds
+    /// past the band right after it undo its last step, see below.)
     #[test]
     fn holds_while_latency_is_within_the_tolerance_but_past_the_growth_band() {
         let mut l = Gradient2Limit::new(10, 1, 200, 0.2, 1.5, 1.0);
         for _ in 0..3 {
             round(&mut l, 100);
         }
+        l.slow_start = false;
         let settled = l.estimated;
         for _ in 0..3 {
             round(&mut l, 125);
@@ -316,6 +355,55 @@ mod tests {
             pushed(&mut l, n, 0);
         }
         assert!(l.limit() >= 7, "the probe held: {}", l.limit());
+    }
+
+    /// A probe of 6 whose drop is still unanswered: its round is answered in good time,
+    /// but it is no probe that held, and the limit does not grow past 6.
+    #[test]
+    fn a_round_with_a_stalled_write_neither_grows_past_it_nor_forgets_the_level() {
+        let mut l = Gradient2Limit::new(6, 1, 64, 0.2, 1.5, 1.0);
+        pushed(&mut l, 6, 1);
+        while l.limit() < 6 {
+            let n = l.limit();
+            pushed(&mut l, n, 0);
+        }
+        l.stalled(Some(Stalled { level: 6, count: 1 }));
+        for _ in 0..5 {
+            pushed(&mut l, 6, 0);
+        }
+        assert_eq!(l.limit(), 6, "held while the write is stalled");
+        assert_eq!(l.pushed_back.level(), Some(6), "not forgotten");
+        l.stalled(None);
+        for _ in 0..3 {
+            pushed(&mut l, 6, 0);
+        }
+        assert!(l.limit() >= 7, "answered: the probe held ({})", l.limit());
+    }
+
+    /// The start ends at a round past the growth band; if the round after it, all at the
+    /// limit, is past the band too, the start's last step is undone. A single round past
+    /// the band (jitter) undoes nothing.
+    #[test]
+    fn the_last_step_of_the_start_is_undone_when_two_rounds_show_it_bought_latency() {
+        let start = || {
+            let mut l = Gradient2Limit::new(1, 1, 64, 0.2, 1.5, 1.0);
+            while l.limit() < 13 {
+                round(&mut l, 100);
+            }
+            round(&mut l, 110);
+            assert!(
+                !l.slow_start,
+                "past 1.05 × the long average: the start is over"
+            );
+            assert_eq!(l.limit(), 13, "held");
+            l
+        };
+        let mut knee = start();
+        round(&mut knee, 134);
+        assert_eq!(knee.limit(), 12, "13 take 134 ms: back to 12");
+        let mut jittery = start();
+        round(&mut jittery, 100);
+        assert!(jittery.limit() >= 13, "{}", jittery.limit());
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub struct Window {
     sum: f64,
     min: Option<Duration>,
     max_inflight: usize,
+    min_inflight: Option<usize>,
     dropped: bool,
     drops: usize,
 }
@@ -49,6 +50,8 @@ pub struct Judged {
     pub min_rtt: Duration,
     /// Most writes in flight any of them started with.
     pub inflight: usize,
+    /// Fewest writes in flight any of them started with.
+    pub min_inflight: usize,
     pub dropped: bool,
     /// How many of its samples were drops.
     pub drops: usize,
@@ -73,6 +76,7 @@ impl Window {
         self.sum += s.rtt.as_secs_f64();
         self.min = Some(self.min.map_or(s.rtt, |m| m.min(s.rtt)));
         self.max_inflight = self.max_inflight.max(s.inflight);
+        self.min_inflight = Some(self.min_inflight.map_or(s.inflight, |m| m.min(s.inflight)));
         self.dropped |= s.dropped;
         self.drops += usize::from(s.dropped);
         if self.count < round {
@@ -82,6 +86,7 @@ impl Window {
             rtt: Duration::from_secs_f64(self.sum / self.count as f64),
             min_rtt: self.min.unwrap_or_default(),
             inflight: self.max_inflight,
+            min_inflight: self.min_inflight.unwrap_or_default(),
             dropped: self.dropped,
             drops: self.drops,
             count: self.count,
@@ -95,16 +100,74 @@ impl Window {
     }
 }
 
+/// Writes still unanswered long after the sink's typical round trip, as the gate sees them
+/// when a write finishes. A drop is known only at its timeout, ten round trips later on a
+/// 100 ms sink; meanwhile its slot is held, the writes around it are answered in good time,
+/// and a round of them reads as a probe that held: the limit grew on into the drop, 5 to
+/// 11 in flight before the first timeout came back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stalled {
+    /// The fewest writes in flight any of them started with.
+    pub level: usize,
+    /// How many there are.
+    pub count: usize,
+}
+
+impl Stalled {
+    /// `new`, held to what the writes still answering ran at below the stalled level: each
+    /// stalled write holds a slot, so the limit may reach `level − 1 + count` and no more
+    /// (not a cut: a limit already past that stays where it is).
+    pub fn cap(stalled: Option<Stalled>, limit: f64, new: f64) -> f64 {
+        match stalled {
+            Some(s) if new > limit => {
+                let most = (s.level + s.count).saturating_sub(1) as f64;
+                new.min(limit.max(most))
+            }
+            _ => new,
+        }
+    }
+}
+
 pub trait ConcurrencyLimit: Send {
     /// Writes allowed in flight now.
     fn limit(&self) -> usize;
 
     fn on_sample(&mut self, sample: Sample);
 
+    /// The writes stalled as the next sample arrives (`None`: none). While some are, the
+    /// limit does not grow past them, and a round at a level pushed back before does not
+    /// count as a probe that held: its stalled write may be the drop.
+    fn stalled(&mut self, _stalled: Option<Stalled>) {}
+
     /// Whether a push-back lowers the limit: then a push-back the writes in flight explain
     /// is the limit's to answer (see [`gate::LimitGate::explains`]).
     fn adapts(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stalled_writes_hold_growth_to_the_level_below_them_and_never_cut() {
+        let one_at_6 = Some(Stalled { level: 6, count: 1 });
+        assert_eq!(Stalled::cap(None, 6.0, 7.0), 7.0, "nothing stalled");
+        assert_eq!(
+            Stalled::cap(one_at_6, 5.4, 6.4),
+            6.0,
+            "up to 6: 5 answering"
+        );
+        assert_eq!(Stalled::cap(one_at_6, 6.0, 7.0), 6.0, "no growth past it");
+        assert_eq!(Stalled::cap(one_at_6, 9.0, 10.0), 9.0, "not a cut either");
+        assert_eq!(Stalled::cap(one_at_6, 9.0, 8.0), 8.0, "a cut passes");
+        let three = Some(Stalled { level: 6, count: 3 });
+        assert_eq!(
+            Stalled::cap(three, 7.0, 9.0),
+            8.0,
+            "three slots held: 5 + 3"
+        );
     }
 }
 

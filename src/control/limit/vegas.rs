@@ -18,12 +18,16 @@
 //! `+log10`, as a loss ends TCP's slow start), and L is probed again only after 1, 2, 4 …
 //! 16 rounds below it while probes of it keep being pushed back (as AIMD backs off its
 //! probes). Against a rate limit, which shows no queue, this is what stops it: before, it
-//! climbed to 60 in flight and the deferrals came in a burst.
+//! climbed to 60 in flight and the deferrals came in a burst. A `+beta` whose rounds after
+//! it queue past beta is taken back whole, and that height is approached gently from then
+//! on (see `update`). While the gate reports
+//! writes stalled (a drop not yet timed out, see [`Stalled`]), a round neither raises the
+//! limit past them nor counts as a probe of the level pushed back that held.
 
 use std::time::Duration;
 
 use super::pushed_back::PushedBack;
-use super::{ConcurrencyLimit, Sample, Window};
+use super::{ConcurrencyLimit, Sample, Stalled, Window};
 
 /// A round whose fastest write was within this share of the no-load latency confirms it:
 /// the probe that would drain to the minimum is skipped (as BBR probes its minimum RTT
@@ -51,6 +55,14 @@ pub struct VegasLimit {
     pushed_back: PushedBack,
     /// Since the last probe, a round ran at the no-load latency.
     floor_seen: bool,
+    /// Writes stalled as the last sample came (see [`Stalled`]).
+    stalled: Option<Stalled>,
+    /// The limit before the last `+beta`, while the rounds after it are judged: the next
+    /// one, and the one after if the next did not run at the new limit yet.
+    jumped_from: Option<(f64, bool)>,
+    /// A limit a `+beta` reached and found queueing past beta: no jump to it again until
+    /// a round runs there within beta.
+    overshot: Option<f64>,
 }
 
 /// Netflix's Log10RootFunction: an integer log10, at least 1.
@@ -76,6 +88,9 @@ impl VegasLimit {
             window: Window::default(),
             pushed_back: PushedBack::default(),
             floor_seen: false,
+            stalled: None,
+            jumped_from: None,
+            overshot: None,
         };
         v.reset_probe_jitter();
         v
@@ -94,7 +109,14 @@ impl VegasLimit {
         self.probe_jitter = 0.5 + (self.rng >> 11) as f64 / (1u64 << 53) as f64 * 0.5;
     }
 
-    fn update(&mut self, rtt: Duration, inflight: usize, drops: usize, smoothing: f64) {
+    fn update(
+        &mut self,
+        rtt: Duration,
+        inflight: usize,
+        min_inflight: usize,
+        drops: usize,
+        smoothing: f64,
+    ) {
         let dropped = drops > 0;
         let limit = self.estimated;
         let noload = self.rtt_noload.expect("set before updating").as_secs_f64();
@@ -103,7 +125,15 @@ impl VegasLimit {
             .alpha_beta
             .unwrap_or((3.0 * log10(limit), 6.0 * log10(limit)));
         let threshold = log10(limit);
+        let jumped_from = self.jumped_from.take();
+        if let Some((before, true)) = jumped_from
+            && inflight < limit as usize
+        {
+            // Most of this round started before the jump: the next one judges it too.
+            self.jumped_from = Some((before, false));
+        }
         if dropped {
+            self.jumped_from = None;
             // A push-back is no estimate to smooth: cut at once.
             self.pushed_back.pushed_back(inflight);
             // By the writes pushed back in the round (what the sink would not take), at
@@ -113,18 +143,48 @@ impl VegasLimit {
             self.estimated = (limit - cut).clamp(self.min as f64, self.max as f64);
             return;
         }
-        // + beta only while it stays below the level that was pushed back.
+        // A `+beta` whose next round (or the one after, if the next mostly started before
+        // it) queues past beta overshot: taken back whole, where `−log10` a round stopped as
+        // soon as the queue was within beta, at the top of the range. (On Vector's shallow
+        // knee a jump from 12 went to 18; Vegas came back to 15 only, 162 ms a write, 92.6
+        // requests/s where 12 make 99.)
+        if let Some((before, _)) = jumped_from
+            && queue > beta
+        {
+            self.jumped_from = None;
+            self.overshot = Some(limit);
+            self.estimated = before.min(limit);
+            return;
+        }
+        if self
+            .overshot
+            .is_some_and(|at| inflight as f64 >= at.floor())
+            && queue <= beta
+        {
+            self.overshot = None;
+        }
+        // + beta only while it stays below the level that was pushed back (or overshot).
         let aggressive = self
             .pushed_back
             .level()
-            .is_none_or(|at| limit + beta < at as f64);
-        self.pushed_back.ran(inflight);
+            .is_none_or(|at| limit + beta < at as f64)
+            && self.overshot.is_none_or(|at| limit + beta < at);
+        if self.stalled.is_none() {
+            self.pushed_back.ran(inflight);
+        }
+        let jumps = queue <= threshold && aggressive;
         let new = if ((inflight * 2) as f64) < limit {
             return; // the limit is not what holds us back
-        } else if queue <= threshold && aggressive {
+        } else if jumps {
             limit + beta
         } else if queue < alpha || queue <= threshold {
             // (no queue but near a level that was pushed back: the gentle increase too)
+            // Near a height that overshot, only a round all of whose writes started at the
+            // limit: one mixing writes started below it shows less queue than there is (on
+            // the shallow knee, after each drain, 12 climbed to 14 in flight that way).
+            if self.overshot.is_some() && min_inflight < limit as usize {
+                return;
+            }
             limit + log10(limit)
         } else if queue > beta {
             limit - log10(limit)
@@ -133,8 +193,12 @@ impl VegasLimit {
         };
         let new = new.clamp(self.min as f64, self.max as f64);
         let new = (1.0 - smoothing) * limit + smoothing * new;
+        let new = Stalled::cap(self.stalled, limit, new);
         if !self.pushed_back.allows(limit, new) {
             return;
+        }
+        if jumps && new > limit {
+            self.jumped_from = Some((limit, true));
         }
         self.estimated = new;
     }
@@ -146,6 +210,10 @@ impl ConcurrencyLimit for VegasLimit {
             Some(_) => self.min,
             None => self.estimated as usize,
         }
+    }
+
+    fn stalled(&mut self, stalled: Option<Stalled>) {
+        self.stalled = stalled;
     }
 
     fn on_sample(&mut self, s: Sample) {
@@ -186,7 +254,13 @@ impl ConcurrencyLimit for VegasLimit {
             .rtt_noload
             .map_or(w.min_rtt, |noload| noload.min(w.min_rtt));
         self.rtt_noload = Some(noload);
-        self.update(w.rtt, w.inflight, w.drops, w.weight(self.smoothing));
+        self.update(
+            w.rtt,
+            w.inflight,
+            w.min_inflight,
+            w.drops,
+            w.weight(self.smoothing),
+        );
     }
 }
 
@@ -293,6 +367,60 @@ mod tests {
         assert_eq!(l.limit(), 11, "the probe held: + 1");
         round(&mut l, 11, 10, 11, 0);
         assert_eq!(l.limit(), 17, "and + beta again after it");
+    }
+
+    /// A probe of 10 whose drop is still unanswered: its round reads as no queue, but
+    /// it is no probe that held, and the limit does not grow past 10.
+    #[test]
+    fn a_round_with_a_stalled_write_neither_grows_past_it_nor_forgets_the_level() {
+        let mut l = netflix();
+        round(&mut l, 10, 10, 10, 1);
+        round(&mut l, 9, 10, 9, 0);
+        round(&mut l, 9, 10, 9, 0);
+        assert_eq!(l.limit(), 10, "probes 10");
+        l.stalled(Some(Stalled {
+            level: 10,
+            count: 1,
+        }));
+        for _ in 0..3 {
+            round(&mut l, 10, 10, 10, 0);
+        }
+        assert_eq!(l.limit(), 10, "held while the write is stalled");
+        assert_eq!(l.pushed_back.level(), Some(10), "not forgotten");
+        l.stalled(None);
+        round(&mut l, 10, 10, 10, 0);
+        assert_eq!(l.limit(), 11, "answered: the probe held");
+    }
+
+    /// A `+beta` whose rounds after it queue past beta is taken back whole, not a log10 a
+    /// round; the limit then grows to that height only gently, and only on rounds that all
+    /// ran at the limit (a round mixing writes started below it shows less queue).
+    #[test]
+    fn a_jump_that_overshot_is_taken_back_and_approached_gently() {
+        let mut l = netflix();
+        round(&mut l, 10, 10, 10, 0);
+        assert_eq!(l.limit(), 16, "no queue: + beta");
+        round(&mut l, 16, 13, 15, 0);
+        assert_eq!(
+            l.limit(),
+            16,
+            "queue 4, most of the round started before the jump"
+        );
+        round(&mut l, 16, 40, 16, 0);
+        assert_eq!(l.limit(), 10, "queue 12 > beta: back to 10, not 15");
+        round(&mut l, 10, 10, 10, 0);
+        assert_eq!(l.limit(), 11, "no queue, but 16 overshot: + 1, not + 6");
+        l.on_sample(sample(10, 10));
+        for _ in 0..10 {
+            l.on_sample(sample(10, 11));
+        }
+        assert_eq!(
+            l.limit(),
+            11,
+            "a round partly started below 11 does not grow it"
+        );
+        round(&mut l, 11, 10, 11, 0);
+        assert_eq!(l.limit(), 12, "a round all at 11 does");
     }
 
     #[test]
