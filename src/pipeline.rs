@@ -242,43 +242,10 @@ impl Pipeline {
                     banked = 0;
                 }
             }
-            if std::mem::take(&mut rate_due) {
-                // Right after the tick's take: the new rate governs from the next tick,
-                // which gets exactly one new quantum. The ceiling is the static or leased
-                // rate; throttling scales it down.
-                let (quantum, before) = (self.cadence.quantum(), self.batch);
-                if let Some((capacity, reserved)) = self.options.capacity_by_share
-                    && let Some(share) = self.source.capacity_share()
-                {
-                    // Nothing assigned: keep pulling at a trickle, since pulling is what
-                    // joins the group (and a worker with no partitions pulls nothing).
-                    let rate = capacity * share + reserved;
-                    self.target_rate
-                        .set(if share == 0.0 { rate.max(1.0) } else { rate });
-                }
-                let controls = self.health.controls().get();
-                self.max_batch = controls.batch.unwrap_or(self.options.max_batch);
-                let target = self.target_rate.get();
-                let ceiling = [self.options.rate_ceiling, controls.rate]
-                    .into_iter()
-                    .flatten()
-                    .fold(target, f64::min);
-                self.pressure.set_ceiling(ceiling);
-                let plan = self.pressure.plan(
-                    self.cadence.tick(),
-                    self.max_batch,
-                    self.options.max_batch_bytes,
-                );
-                self.cadence.set_rate(plan.records_per_second);
-                self.batch = plan.batch.max(1);
-                // Unused grants never add up to more than a batch (or a tick's worth).
-                banked = banked.min(self.batch.max(self.cadence.quantum() as usize) as u64);
-                self.stats.rate_limit.set(self.cadence.rate());
-                if (self.cadence.quantum() != quantum || self.batch != before)
-                    && let Err(e) = self.source.set_prefetch(self.prefetch()).await
-                {
-                    failure.get_or_insert(e.into());
-                }
+            if std::mem::take(&mut rate_due)
+                && let Err(e) = self.replan(&mut banked).await
+            {
+                failure.get_or_insert(e.into());
             }
             if std::mem::take(&mut watch_due) && !stopping && failure.is_none() {
                 // This tick pulled nothing: the source still hears of new records, which
@@ -395,6 +362,46 @@ impl Pipeline {
                 }
             }
         }
+    }
+
+    /// Right after a tick's take, the rate and batch size for the ticks to come: the
+    /// target (static, leased, or the source's share of a capacity), capped by the
+    /// worker's own ceiling and the operator's controls, then scaled by what the sink's
+    /// push-back allows. The one place the cadence's rate is set; the next tick gets
+    /// exactly one new quantum at it.
+    async fn replan(&mut self, banked: &mut u64) -> Result<(), SourceError> {
+        let (quantum, before) = (self.cadence.quantum(), self.batch);
+        if let Some((capacity, reserved)) = self.options.capacity_by_share
+            && let Some(share) = self.source.capacity_share()
+        {
+            // Nothing assigned: keep pulling at a trickle, since pulling is what joins
+            // the group (and a worker with no partitions pulls nothing).
+            let rate = capacity * share + reserved;
+            self.target_rate
+                .set(if share == 0.0 { rate.max(1.0) } else { rate });
+        }
+        let controls = self.health.controls().get();
+        self.max_batch = controls.batch.unwrap_or(self.options.max_batch);
+        let target = self.target_rate.get();
+        let ceiling = [self.options.rate_ceiling, controls.rate]
+            .into_iter()
+            .flatten()
+            .fold(target, f64::min);
+        self.pressure.set_ceiling(ceiling);
+        let plan = self.pressure.plan(
+            self.cadence.tick(),
+            self.max_batch,
+            self.options.max_batch_bytes,
+        );
+        self.cadence.set_rate(plan.records_per_second);
+        self.batch = plan.batch.max(1);
+        // Unused grants never add up to more than a batch (or a tick's worth).
+        *banked = (*banked).min(self.batch.max(self.cadence.quantum() as usize) as u64);
+        self.stats.rate_limit.set(self.cadence.rate());
+        if self.cadence.quantum() != quantum || self.batch != before {
+            self.source.set_prefetch(self.prefetch()).await?;
+        }
+        Ok(())
     }
 
     /// The first tick comes once the cadence (which starts empty) holds a full batch for
