@@ -146,7 +146,10 @@ pub struct LimitGate {
     /// Recent answered writes (round trip, when answered, writes in flight when it
     /// started), newest last.
     answered: Mutex<VecDeque<(Duration, Instant, usize)>>,
+    /// Tracked only for a limit that adapts: a fixed one has no use for stalled writes,
+    /// and the default `fixed` worker pays nothing for them.
     outstanding: Mutex<Outstanding>,
+    adapts: bool,
     /// Whether overdue writes are cut and resends wait under the limit
     /// (`[concurrency] cut_overdue`).
     cuts: bool,
@@ -159,6 +162,7 @@ pub struct LimitGate {
 impl LimitGate {
     pub fn new(limit: Box<dyn ConcurrencyLimit>) -> Self {
         LimitGate {
+            adapts: limit.adapts(),
             limit: Mutex::new(limit),
             writes_in_flight: AtomicUsize::new(0),
             answered: Mutex::new(VecDeque::with_capacity(ANSWERED)),
@@ -212,6 +216,9 @@ impl LimitGate {
 
     /// A write started with `inflight` in flight, now.
     fn track(&self, inflight: usize) {
+        if !self.adapts {
+            return;
+        }
         let mut outstanding = crate::lock::lock(&self.outstanding);
         if outstanding.writes.len() == OUTSTANDING {
             outstanding.writes.pop_front();
@@ -223,39 +230,7 @@ impl LimitGate {
     pub fn finished(&self, rtt: Duration, inflight: usize, dropped: bool) {
         self.writes_in_flight.fetch_sub(1, SeqCst);
         let now = Instant::now();
-        let stalled = {
-            let mut outstanding = crate::lock::lock(&self.outstanding);
-            // Its own entry: started with `inflight` in flight, nearest to `now − rtt` (if
-            // reported with another count than it started with, the nearest in time).
-            let began = now.checked_sub(rtt).unwrap_or(now);
-            let mine = nearest(&outstanding.writes, began, Some(inflight))
-                .or_else(|| nearest(&outstanding.writes, began, None));
-            if let Some(i) = mine {
-                outstanding.writes.remove(i);
-            }
-            let mut answered = crate::lock::lock(&self.answered);
-            if !dropped {
-                if answered.len() == ANSWERED {
-                    answered.pop_front();
-                }
-                answered.push_back((rtt, now, inflight));
-                outstanding.answers += 1;
-            }
-            if outstanding.stall_after.is_none()
-                || outstanding.answers >= STALL_AFTER_EVERY
-                || answered.len() < STALL_AFTER_WARMUP
-            {
-                let mut rtts = [Duration::ZERO; ANSWERED];
-                for (slot, (rtt, _, _)) in rtts.iter_mut().zip(answered.iter()) {
-                    *slot = *rtt;
-                }
-                outstanding.stall_after = stall_after(&mut rtts[..answered.len()]);
-                outstanding.answers = 0;
-            }
-            outstanding
-                .stall_after
-                .and_then(|after| stalled(&outstanding.writes, after, now))
-        };
+        let stalled = self.answer(rtt, inflight, dropped, now);
         let mut limit = self.lock();
         limit.stalled(stalled);
         limit.on_sample(Sample {
@@ -265,6 +240,50 @@ impl LimitGate {
         });
         drop(limit);
         self.changed.notify_waiters();
+    }
+
+    /// Notes a write answered (or dropped) at `now`; returns the writes stalled now.
+    fn answer(
+        &self,
+        rtt: Duration,
+        inflight: usize,
+        dropped: bool,
+        now: Instant,
+    ) -> Option<Stalled> {
+        let mut answered = crate::lock::lock(&self.answered);
+        if !dropped {
+            if answered.len() == ANSWERED {
+                answered.pop_front();
+            }
+            answered.push_back((rtt, now, inflight));
+        }
+        if !self.adapts {
+            return None;
+        }
+        let mut outstanding = crate::lock::lock(&self.outstanding);
+        // Its own entry: started with `inflight` in flight, nearest to `now − rtt` (if
+        // reported with another count than it started with, the nearest in time).
+        let began = now.checked_sub(rtt).unwrap_or(now);
+        let mine = nearest(&outstanding.writes, began, Some(inflight))
+            .or_else(|| nearest(&outstanding.writes, began, None));
+        if let Some(i) = mine {
+            outstanding.writes.remove(i);
+        }
+        outstanding.answers += u32::from(!dropped);
+        if outstanding.stall_after.is_none()
+            || outstanding.answers >= STALL_AFTER_EVERY
+            || answered.len() < STALL_AFTER_WARMUP
+        {
+            let mut rtts = [Duration::ZERO; ANSWERED];
+            for (slot, (rtt, _, _)) in rtts.iter_mut().zip(answered.iter()) {
+                *slot = *rtt;
+            }
+            outstanding.stall_after = stall_after(&mut rtts[..answered.len()]);
+            outstanding.answers = 0;
+        }
+        outstanding
+            .stall_after
+            .and_then(|after| stalled(&outstanding.writes, after, now))
     }
 
     fn answered(&self) -> Vec<(Duration, Duration)> {

@@ -1,5 +1,6 @@
 use super::*;
 use crate::control::limit::fixed::FixedLimit;
+use crate::lock::lock;
 use std::sync::Arc;
 
 fn ms(n: u64) -> Duration {
@@ -328,4 +329,18 @@ async fn a_push_back_at_a_level_the_sink_takes_is_a_rate_limit_for_a_while() {
     assert!(!gate.explains(6));
     tokio::time::advance(Duration::from_secs(1)).await;
     assert!(gate.explains(6), "30 s later");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_limit_keeps_no_record_of_the_writes_in_flight() {
+    let gate = gate_fixed();
+    for _ in 0..3 {
+        gate.started();
+    }
+    assert!(lock(&gate.outstanding).writes.is_empty());
+    let gate = adaptive();
+    for _ in 0..3 {
+        gate.started();
+    }
+    assert_eq!(lock(&gate.outstanding).writes.len(), 3);
 }
