@@ -84,3 +84,54 @@ pub(super) fn split(piece: Piece) -> [Piece; 2] {
     // Pieces are popped from the end: push the second half first to keep the order.
     [half(second), half(first)]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(n: usize) -> Vec<Row> {
+        (0..n)
+            .map(|i| Row {
+                key: format!("k{i}"),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    fn keys(piece: &Piece) -> Vec<&str> {
+        piece.rows.iter().map(|r| r.key.as_str()).collect()
+    }
+
+    #[test]
+    fn halves_of_a_retry_stay_retries_and_keep_their_attempts_in_order() {
+        for pace in [Pace::Retry, Pace::Limit, Pace::Outage, Pace::Turn] {
+            let piece = Piece {
+                pace,
+                throttles: 2,
+                unanswered: true,
+                backoff: Duration::from_secs(1),
+                ..Piece::new(rows(5), 3)
+            };
+            let [second, first] = split(piece);
+            assert_eq!(keys(&first), ["k0", "k1"]);
+            assert_eq!(keys(&second), ["k2", "k3", "k4"]);
+            for half in [&first, &second] {
+                assert_eq!(half.pace, Pace::Retry, "from {pace:?}: paid by the budget");
+                assert_eq!(half.attempts, 3);
+                assert_eq!(half.throttles, 0, "a new throttle streak");
+                assert!(half.unanswered, "the sink may hold them");
+                assert_eq!(half.backoff, Duration::ZERO, "the backoff was the whole's");
+            }
+        }
+    }
+
+    #[test]
+    fn halves_of_a_new_request_are_new_requests() {
+        let [second, first] = split(Piece::new(rows(2), 1));
+        for half in [&first, &second] {
+            assert_eq!(half.pace, Pace::First);
+            assert_eq!(half.attempts, 1);
+            assert!(!half.unanswered);
+        }
+    }
+}
