@@ -225,32 +225,18 @@ async fn outages_answer_503_or_hold_the_request() {
             .json(&json!({"seconds": seconds, "mode": mode}))
             .send()
     };
+    let ingest_a = || http.post(sim.ingest_url()).json(&batch(&["a"])).send();
     assert_eq!(switch(30.0, "503").await.unwrap().status(), 200);
-    let r = http
-        .post(sim.ingest_url())
-        .json(&batch(&["a"]))
-        .send()
-        .await
-        .unwrap();
+    let r = ingest_a().await.unwrap();
     assert_eq!(r.status(), 503);
     assert!(r.headers().get("retry-after").is_none());
     switch(0.3, "hang").await.unwrap();
     let started = std::time::Instant::now();
-    let r = http
-        .post(sim.ingest_url())
-        .json(&batch(&["a"]))
-        .send()
-        .await
-        .unwrap();
+    let r = ingest_a().await.unwrap();
     assert_eq!(r.status(), 503);
     assert!(started.elapsed() >= Duration::from_millis(250));
     switch(0.0, "503").await.unwrap();
-    let r = http
-        .post(sim.ingest_url())
-        .json(&batch(&["a"]))
-        .send()
-        .await
-        .unwrap();
+    let r = ingest_a().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!((sim.stats().unavailable, sim.stats().inserted), (2, 1));
     sim.stop().await.unwrap();
