@@ -19,6 +19,7 @@ pub mod produce;
 pub mod progress;
 pub mod record;
 pub mod redact;
+pub mod settings;
 pub mod shutdown;
 pub mod sim_sink;
 pub mod sink;

@@ -12,7 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::config::ConfigError;
+use crate::settings::ConfigError;
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -61,10 +61,10 @@ fn every_config_is_valid_and_points_at_compose_services() {
         let config = Config::load(&config_path, &Overrides::default())
             .unwrap_or_else(|e| panic!("service {name}: {}: {e}", config_path.display()));
         let mut hosts = Vec::new();
-        if let Some(brokers) = &config.source.brokers {
+        if let Some(brokers) = config.source.kafka().and_then(|k| k.brokers.as_ref()) {
             hosts.extend(brokers.split(',').map(host_of));
         }
-        if let Some(url) = &config.source.url {
+        if let Some(url) = config.source.amqp().and_then(|a| a.url.as_ref()) {
             hosts.push(host_of(url));
         }
         hosts.push(host_of(&config.sink.url));

@@ -163,6 +163,41 @@ fn the_schema_refuses_what_sluice_refuses() {
     }
 }
 
+/// `[source]`'s kind picks its keys: a key of another kind is refused as sluice refuses it,
+/// and a table without `kind` is a file, as sluice reads it.
+#[test]
+fn the_source_kind_picks_its_keys() {
+    let validator = jsonschema::validator_for(&schema()).unwrap();
+    let sink = "[sink]\nkind = \"sqlite\"\nurl = \"sqlite://x.db\"\n";
+    for (source, valid) in [
+        ("path = \"x.ndjson\"\n", true),
+        (
+            "kind = \"file\"\npath = \"x.ndjson\"\nrotate_wait = \"1s\"\n",
+            true,
+        ),
+        (
+            "kind = \"kafka\"\ntopic = \"t\"\nassignment_timeout = \"5s\"\n",
+            true,
+        ),
+        ("kind = \"amqp\"\nqueue = \"q\"\ndeclare = false\n", true),
+        ("path = \"x.ndjson\"\ntopic = \"t\"\n", false),
+        (
+            "kind = \"kafka\"\ntopic = \"t\"\nrotate_wait = \"1s\"\n",
+            false,
+        ),
+        (
+            "kind = \"amqp\"\nqueue = \"q\"\nsurely_not_a_key = 1\n",
+            false,
+        ),
+        ("kind = \"kafka\"\nassignment_timeout = 5\n", false),
+        ("kind = \"nats\"\n", false),
+    ] {
+        let text = format!("[source]\n{source}{sink}");
+        let found = problems(&validator, &to_json(&text, "source"));
+        assert_eq!(found.is_empty(), valid, "{text}\n{found:?}");
+    }
+}
+
 #[test]
 fn sluice_config_schema_prints_the_schema() {
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))

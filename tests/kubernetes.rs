@@ -271,15 +271,15 @@ fn keda_objects_have_the_required_fields_and_fit_the_lease_pools() {
                 "kafka" => {
                     assert_eq!(
                         trigger["metadata"]["topic"].as_str(),
-                        config.source.topic.as_deref()
+                        config.source.kafka().and_then(|k| k.topic.as_deref())
                     );
                     assert_eq!(
                         trigger["metadata"]["consumerGroup"].as_str(),
-                        config.source.group.as_deref()
+                        config.source.kafka().and_then(|k| k.group.as_deref())
                     );
                     assert_eq!(
                         trigger["metadata"]["bootstrapServers"].as_str(),
-                        config.source.brokers.as_deref()
+                        config.source.kafka().and_then(|k| k.brokers.as_deref())
                     );
                     str_of(&trigger["metadata"]["lagThreshold"])
                         .parse::<u64>()
@@ -288,7 +288,7 @@ fn keda_objects_have_the_required_fields_and_fit_the_lease_pools() {
                 "rabbitmq" => {
                     assert_eq!(
                         trigger["metadata"]["queueName"].as_str(),
-                        config.source.queue.as_deref()
+                        config.source.amqp().and_then(|a| a.queue.as_deref())
                     );
                     str_of(&trigger["metadata"]["value"])
                         .parse::<u64>()

@@ -36,7 +36,7 @@ impl std::fmt::Display for Probe {
 /// Runs every probe the configuration calls for, each bounded by `timeout`.
 pub async fn probe_all(config: &Config, timeout: Duration) -> Vec<Probe> {
     let mut probes = Vec::new();
-    probes.extend(source::probes(config, timeout).await);
+    probes.extend(source::probes(&config.source, timeout).await);
     probes.extend(sink::probes(config, timeout).await);
     if let Some(l) = &config.leases {
         let what = format!("lease store {}", l.store);

@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use super::{Probe, within, writable};
-use crate::config::{Config, SourceKind};
+use crate::source::kafka::settings::KafkaSettings;
+use crate::source::settings::SourceSettings;
 
-pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
-    let s = &config.source;
-    match s.kind {
-        SourceKind::File => {
+pub(super) async fn probes(source: &SourceSettings, timeout: Duration) -> Vec<Probe> {
+    match source {
+        SourceSettings::File(s) => {
             let path = s.path.clone().unwrap_or_default();
             if path.as_os_str() == "-" {
                 return vec![Probe {
@@ -23,7 +23,7 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
                     .map(|m| format!("readable, {} bytes", m.len()))
                     .map_err(|e| e.to_string()),
             }];
-            if let Some(cp) = config.checkpoint_path() {
+            if let Some(cp) = s.checkpoint_path() {
                 probes.push(Probe {
                     what: format!("checkpoint {}", cp.display()),
                     result: writable(&cp).map(|()| "writable".into()),
@@ -31,7 +31,7 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
             }
             probes
         }
-        SourceKind::Amqp => {
+        SourceSettings::Amqp(s) => {
             let url = s.url.clone().unwrap_or_default();
             let queue = s.queue.clone().unwrap_or_default();
             vec![Probe {
@@ -39,7 +39,7 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
                 result: within(timeout, amqp(&url, s.tls.as_ref(), &queue, s.declare)).await,
             }]
         }
-        SourceKind::Kafka => {
+        SourceSettings::Kafka(s) => {
             let brokers = s.brokers.clone().unwrap_or_default();
             let topic = s.topic.clone().unwrap_or_default();
             let settings = s.clone();
@@ -116,7 +116,7 @@ impl rdkafka::client::ClientContext for KafkaCheckContext {
 
 impl rdkafka::consumer::ConsumerContext for KafkaCheckContext {}
 
-fn kafka(source: &crate::config::SourceConfig, timeout: Duration) -> Result<String, String> {
+fn kafka(source: &KafkaSettings, timeout: Duration) -> Result<String, String> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let topic = source.topic.clone().unwrap_or_default();
     // A consumer that never subscribes: no group join, no rebalance of live workers.
@@ -153,7 +153,7 @@ fn kafka(source: &crate::config::SourceConfig, timeout: Duration) -> Result<Stri
 
 /// How the brokers were reached, as `security.protocol` and `sasl.mechanism` say (a
 /// metadata answer over SSL means the handshake succeeded).
-fn kafka_security(source: &crate::config::SourceConfig) -> String {
+fn kafka_security(source: &KafkaSettings) -> String {
     let property = |name: &str| {
         source
             .properties

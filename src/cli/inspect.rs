@@ -22,7 +22,12 @@ pub(super) async fn plan(args: ReportArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let backlog = match source::inspect_backlog(&config).await {
+    let backlog = match source::inspect_backlog(
+        &config.source,
+        &config.opening(source::Extent::CaughtUp, false),
+    )
+    .await
+    {
         Ok(b) => b,
         Err(e) => {
             say!("sluice: cannot read the backlog: {e}");

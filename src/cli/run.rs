@@ -111,7 +111,7 @@ pub(super) async fn run(args: RunArgs) -> u8 {
             );
             return EXIT_CONFIG;
         }
-        if config.source.kind != crate::config::SourceKind::Kafka {
+        if config.source.kafka().is_none() {
             say!("sluice: --direct-assignment applies to a Kafka source (source.kind = \"kafka\")");
             return EXIT_CONFIG;
         }
@@ -121,7 +121,7 @@ pub(super) async fn run(args: RunArgs) -> u8 {
         return EXIT_CONFIG;
     }
     // Found now, not after the first rows are written and the checkpoint cannot be saved.
-    if let Some(cp) = config.checkpoint_path()
+    if let Some(cp) = config.source.file().and_then(|f| f.checkpoint_path())
         && let Err(e) = crate::check::writable(&cp)
     {
         say!("sluice: source.checkpoint: {e}");
@@ -196,15 +196,18 @@ async fn drain(
         args.deadline.map(|d| started + d),
         deadline_reached.clone(),
     );
-    let source = source::open(config, args.extent(), args.direct_assignment)
-        .await
-        .map_err(|e| match e {
-            source::SourceError::Refused(why) => Failure {
-                code: EXIT_CONFIG,
-                message: why,
-            },
-            e => format!("cannot open the source: {e}").into(),
-        })?;
+    let source = source::open(
+        &config.source,
+        &config.opening(args.extent(), args.direct_assignment),
+    )
+    .await
+    .map_err(|e| match e {
+        source::SourceError::Refused(why) => Failure {
+            code: EXIT_CONFIG,
+            message: why,
+        },
+        e => format!("cannot open the source: {e}").into(),
+    })?;
     let Some(sink) = sink::open_when_ready(config, &mut shutdown)
         .await
         .map_err(|e| e.to_string())?

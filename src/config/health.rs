@@ -329,7 +329,7 @@ mod tests {
             .unwrap()
     }
 
-    fn key_of(sink: &SinkConfig, p: ProbeConfig) -> &'static str {
+    fn key_of(sink: &SinkConfig, p: ProbeConfig) -> std::borrow::Cow<'static, str> {
         let health = HealthConfig { probe: vec![p] };
         only_key(|problems| health.validate(sink, problems))
     }

@@ -4,27 +4,7 @@
 
 use figment::Figment;
 
-use crate::config::{Config, ConfigError, Problems, SinkKind, SourceKind};
-
-/// Source keys that only some kinds read, with the kinds that read them.
-const SOURCE_KEYS: &[(&str, &str, &[SourceKind])] = &[
-    ("path", "source.path", &[SourceKind::File]),
-    ("checkpoint", "source.checkpoint", &[SourceKind::File]),
-    ("url", "source.url", &[SourceKind::Amqp]),
-    ("url_file", "source.url_file", &[SourceKind::Amqp]),
-    ("queue", "source.queue", &[SourceKind::Amqp]),
-    ("declare", "source.declare", &[SourceKind::Amqp]),
-    ("tls", "source.tls", &[SourceKind::Amqp]),
-    ("brokers", "source.brokers", &[SourceKind::Kafka]),
-    ("topic", "source.topic", &[SourceKind::Kafka]),
-    ("group", "source.group", &[SourceKind::Kafka]),
-    ("properties", "source.properties", &[SourceKind::Kafka]),
-    (
-        "assignment_timeout",
-        "source.assignment_timeout",
-        &[SourceKind::Kafka],
-    ),
-];
+use crate::config::{Config, ConfigError, Problems, SinkKind, SourceKind, SourceSettings};
 
 const HTTP: SinkKind = SinkKind::Http;
 const ES: SinkKind = SinkKind::Elasticsearch;
@@ -86,18 +66,49 @@ const SINK_KEYS: &[(&str, &str, &[SinkKind])] = &[
 /// Refuses every key of `[source]` or `[sink]` that was set (in the file, the environment
 /// or a flag) but is not read by the chosen kind. Keys every kind reads pass.
 pub fn refuse_other_kinds_keys(figment: &Figment, config: &Config, p: &mut Problems) {
-    let source_kind = config.source.kind;
-    for (name, key, kinds) in SOURCE_KEYS {
-        if is_set(figment, "source", name) && !kinds.contains(&source_kind) {
-            p.push(refusal(key, &format!("{source_kind:?}")));
-        }
-    }
+    refuse_source_keys(figment, config.source.kind(), p);
     let sink_kind = config.sink.kind;
     for (name, key, kinds) in SINK_KEYS {
         if is_set(figment, "sink", name) && !kinds.contains(&sink_kind) {
-            p.push(refusal(key, &format!("{sink_kind:?}")));
+            p.push(refusal(*key, &format!("{sink_kind:?}")));
         }
     }
+}
+
+/// A source kind reads only its own keys: one of another kind is refused as not applying,
+/// one of no kind as unknown.
+fn refuse_source_keys(figment: &Figment, kind: SourceKind, p: &mut Problems) {
+    let read = SourceSettings::keys(kind);
+    let others: Vec<String> = [SourceKind::File, SourceKind::Amqp, SourceKind::Kafka]
+        .into_iter()
+        .filter(|k| *k != kind)
+        .flat_map(SourceSettings::keys)
+        .collect();
+    for name in set_keys(figment, "source") {
+        if name == "kind" || read.contains(&name) {
+            continue;
+        }
+        let key = format!("source.{name}");
+        if others.contains(&name) {
+            p.push(refusal(key, &format!("{kind:?}")));
+        } else {
+            let kind = format!("{kind:?}").to_ascii_lowercase();
+            p.add(
+                key,
+                format!("unknown key (kind = \"{kind}\" reads {})", read.join(", ")),
+            );
+        }
+    }
+}
+
+/// The keys set under `section`, in the file, the environment or a flag.
+fn set_keys(figment: &Figment, section: &str) -> Vec<String> {
+    figment
+        .find_value(section)
+        .ok()
+        .and_then(|v| v.into_dict())
+        .map(|d| d.into_keys().collect())
+        .unwrap_or_default()
 }
 
 fn is_set(figment: &Figment, section: &str, name: &str) -> bool {
@@ -108,7 +119,7 @@ fn is_set(figment: &Figment, section: &str, name: &str) -> bool {
         .is_some_and(|d| d.contains_key(name))
 }
 
-fn refusal(key: &'static str, kind: &str) -> ConfigError {
+fn refusal(key: impl Into<std::borrow::Cow<'static, str>>, kind: &str) -> ConfigError {
     ConfigError::invalid(
         key,
         format!(

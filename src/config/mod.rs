@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 pub mod aperture;
 mod backoffs;
 mod balance;
-mod bounds;
 mod concurrency;
 pub mod discovery;
 mod environment;
@@ -21,66 +20,45 @@ mod http_sink;
 pub mod kinds;
 mod leases;
 pub mod origin;
-mod problems;
 mod rate;
 mod retry;
 pub mod schema;
 mod secrets;
 mod shutdown;
 mod sink;
-mod source;
 mod telemetry;
 mod throttle;
 
+pub use crate::settings::bounds::{
+    LEAST_RATE, MOST_BATCH, MOST_IN_FLIGHT, MOST_RECORD_BYTES, MOST_WINDOW,
+};
+#[cfg(test)]
+pub use crate::settings::only_key;
+pub use crate::settings::{ConfigError, Problems};
+pub use crate::source::kafka::settings::PropertyValue;
+pub use crate::source::settings::{SourceKind, SourceSettings};
+use crate::source::{Extent, Opening};
 pub use backoffs::Backoffs;
 pub use balance::{BalanceConfig, EndpointConfig};
-pub use bounds::{LEAST_RATE, MOST_BATCH, MOST_IN_FLIGHT, MOST_RECORD_BYTES, MOST_WINDOW};
 pub use concurrency::{ConcurrencyAlgorithm, ConcurrencyConfig};
 use environment::{kafka_properties_from_env, unknown_variables};
 pub use health::HealthConfig;
 pub use http_sink::{DeadLetterConfig, HttpFormat};
 pub use leases::LeasesConfig;
-pub use problems::Problems;
-#[cfg(test)]
-pub use problems::only_key;
 pub use rate::RateConfig;
 pub use retry::RetryConfig;
 pub use secrets::RedactConfig;
 pub use shutdown::ShutdownConfig;
 pub use sink::{SinkConfig, SinkKind};
-pub use source::{PropertyValue, SourceConfig, SourceKind};
 pub use telemetry::TelemetryConfig;
 pub use throttle::ThrottleConfig;
 
 pub use origin::ConfigOrigin;
 
-/// A configuration that cannot be used; always names the offending key.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("configuration file {0} not found")]
-    MissingFile(PathBuf),
-    #[error("{0}")]
-    Parse(String),
-    #[error("{key}: {message}")]
-    Invalid { key: &'static str, message: String },
-    /// More than one problem, each naming its key.
-    #[error("{}", problems::list(.0))]
-    Several(Vec<ConfigError>),
-}
-
-impl ConfigError {
-    pub(crate) fn invalid(key: &'static str, message: impl Into<String>) -> Self {
-        ConfigError::Invalid {
-            key,
-            message: message.into(),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    pub source: SourceConfig,
+    pub source: SourceSettings,
     pub sink: SinkConfig,
     #[serde(default)]
     pub rate: RateConfig,
@@ -111,6 +89,18 @@ impl Config {
     /// was set. Without `[leases]` that rate is simply the worker's rate.
     pub fn rate_ceiling(&self) -> Option<f64> {
         self.rate_set.then_some(self.rate.records_per_second)
+    }
+
+    /// How the source is opened for a run reading as far as `extent` says. It may hold one
+    /// batch per slot plus one being pulled before the pipeline says otherwise.
+    pub fn opening(&self, extent: Extent, direct: bool) -> Opening {
+        let per_tick = (self.rate.records_per_second * self.rate.tick.as_secs_f64()).ceil();
+        Opening {
+            extent,
+            direct,
+            held: (per_tick as usize).min(self.sink.max_batch) * (self.concurrency.max + 1),
+            reconnect: self.backoffs().reconnect,
+        }
     }
 
     pub fn backoffs(&self) -> Backoffs {
@@ -179,6 +169,11 @@ impl Config {
         if let Some(url) = &overrides.sink_url {
             figment = figment.merge(Serialized::default("sink.url", url));
         }
+        // `[source]` is a file unless its `kind` says otherwise.
+        figment = figment.join(Serialized::default("source.kind", SourceKind::File));
+        // The chosen kind's keys are read on their own first: an error then names its key
+        // (`source.assignment_timeout`), which a read through the tagged table cannot.
+        extract_source(&figment)?;
         let mut config: Config = figment.extract().map_err(describe_figment_error)?;
         config.rate_set = figment.find_value("rate.records_per_second").is_ok();
         let mut problems = Problems::default();
@@ -190,13 +185,16 @@ impl Config {
         }
         problems.into_result()?;
         config.register_secrets();
-        if let Some(tls) = &config.source.tls {
+        if let Some(tls) = config.source.tls() {
             tls.warn_if_insecure(&crate::tls::SOURCE_KEYS, "the source");
         }
         if let Some(tls) = &config.sink.tls {
             tls.warn_if_insecure(&crate::tls::SINK_KEYS, "the sink");
         }
-        let property = |name: &str| config.source.properties.get(name).map(|v| v.to_string());
+        let property = |name: &str| {
+            let properties = &config.source.kafka()?.properties;
+            properties.get(name).map(|v| v.to_string())
+        };
         if property("enable.ssl.certificate.verification").as_deref() == Some("false") {
             tracing::warn!(
                 "source.properties enable.ssl.certificate.verification = false: the Kafka connection accepts ANY certificate; it is encrypted but not authenticated"
@@ -210,40 +208,48 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut p = Problems::default();
         self.source.validate(&mut p);
-        self.sink.validate(self.source.kind, &mut p);
+        self.sink.validate(self.source.kind(), &mut p);
         self.rate.validate(&mut p);
         self.retry.validate(&mut p);
         self.concurrency.validate(&mut p);
         self.throttle.validate(&mut p);
         self.shutdown.validate(&mut p);
         if let Some(leases) = &self.leases {
-            leases.validate(self.source.kind, &mut p);
+            leases.validate(self.source.kind(), &mut p);
         }
         self.telemetry.validate(&mut p);
         self.health.validate(&self.sink, &mut p);
         p.into_result()
     }
+}
 
-    /// Where the file source keeps its acknowledged offset.
-    pub fn checkpoint_path(&self) -> Option<PathBuf> {
-        let path = self.source.path.as_ref()?;
-        if path.as_os_str() == "-" {
-            return None;
-        }
-        Some(self.source.checkpoint.clone().unwrap_or_else(|| {
-            let mut name = path.as_os_str().to_owned();
-            name.push(".sluice-checkpoint");
-            PathBuf::from(name)
-        }))
+/// `[source]` read as the kind it names.
+fn extract_source(figment: &Figment) -> Result<SourceSettings, ConfigError> {
+    let source = figment.focus("source");
+    let described = |e| describe_error_within("source", e);
+    match source
+        .extract_inner::<SourceKind>("kind")
+        .map_err(described)?
+    {
+        SourceKind::File => source.extract().map(SourceSettings::File),
+        SourceKind::Amqp => source.extract().map(SourceSettings::Amqp),
+        SourceKind::Kafka => source.extract().map(SourceSettings::Kafka),
     }
+    .map_err(described)
 }
 
 /// Figment's messages name the key but also the profile ("default."); drop that noise.
 fn describe_figment_error(err: figment::Error) -> ConfigError {
+    describe_error_within("", err)
+}
+
+/// As `describe_figment_error`, for an error read from the table `section` names.
+fn describe_error_within(section: &str, err: figment::Error) -> ConfigError {
     let messages: Vec<String> = err
         .into_iter()
         .map(|e| {
-            let key = e.path.join(".");
+            let path = std::iter::once(section).chain(e.path.iter().map(String::as_str));
+            let key = path.filter(|p| !p.is_empty()).collect::<Vec<_>>().join(".");
             let origin = e
                 .metadata
                 .as_ref()

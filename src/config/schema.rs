@@ -2,18 +2,16 @@
 //! serde types that read it, so an editor (Taplo, Even Better TOML) completes and checks
 //! `sluice.toml` with the keys, defaults and doc comments sluice itself uses.
 //!
-//! A few settings types live in modules that do not derive `JsonSchema` themselves (the
-//! balancer's strategy and aperture mode in `control/`, the http sink's response contract,
-//! the Elasticsearch settings); their shape is written out here once, and the tests below
-//! hold each copy to the type it describes.
+//! Two settings types live in `control/`, which knows nothing of the schema (the
+//! balancer's strategy and aperture mode); their shape is written out here once, and the
+//! tests below hold each copy to the type it describes.
 
-use std::borrow::Cow;
-
+use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 
 use super::Config;
+pub use crate::settings::HumanDuration;
 
 /// The configuration's JSON Schema (draft 7, the draft editors' TOML tools read).
 pub fn json() -> serde_json::Value {
@@ -27,7 +25,44 @@ pub fn json() -> serde_json::Value {
     );
     let mut value = schema.to_value();
     single_enums(&mut value);
+    closed_kinds(&mut value, "SourceSettings", "file");
     value
+}
+
+/// A table whose `kind` picks its keys (`[source]`) is derived as one `allOf` reference
+/// per kind beside the `kind` property, which no editor can close against unknown keys.
+/// Each kind becomes one closed object with its own keys and `kind`; `kind` may be left
+/// out for `default_kind`, as the loader reads it.
+fn closed_kinds(schema: &mut serde_json::Value, name: &str, default_kind: &str) {
+    use serde_json::{Value, json};
+    let definitions = schema["definitions"].clone();
+    let Some(kinds) = schema["definitions"][name]["oneOf"].as_array_mut() else {
+        return;
+    };
+    for kind in kinds {
+        let reference = kind["allOf"][0]["$ref"].as_str().unwrap_or_default();
+        let Some(own) = reference
+            .strip_prefix("#/definitions/")
+            .map(|r| &definitions[r])
+        else {
+            continue;
+        };
+        let tag = kind["properties"]["kind"].clone();
+        let is_default = tag["enum"] == json!([default_kind]);
+        let Value::Object(object) = kind else {
+            continue;
+        };
+        object.remove("allOf");
+        let mut properties = own["properties"].clone();
+        properties["kind"] = tag;
+        object.insert("properties".into(), properties);
+        let mut required: Vec<Value> = own["required"].as_array().cloned().unwrap_or_default();
+        if !is_default {
+            required.push("kind".into());
+        }
+        object.insert("required".into(), Value::Array(required));
+        object.insert("additionalProperties".into(), Value::Bool(false));
+    }
 }
 
 /// `{"const": x}` → `{"enum": [x]}`: the same constraint in the words of draft 4, which
@@ -52,23 +87,6 @@ pub fn text() -> String {
     let mut text = serde_json::to_string_pretty(&json()).expect("a schema is plain JSON");
     text.push('\n');
     text
-}
-
-/// A duration as written in the file: humantime's "200ms", "15s", "1h 30m".
-pub struct HumanDuration;
-
-impl JsonSchema for HumanDuration {
-    fn schema_name() -> Cow<'static, str> {
-        "Duration".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "description": "A duration: a number and a unit (ns, us, ms, s, m, h, d), e.g. \"200ms\", \"15s\", \"1h 30m\".",
-            "examples": ["200ms", "15s", "1h 30m"],
-        })
-    }
 }
 
 // `control/` is pure and knows nothing of the schema, so its two enums that the file

@@ -1,12 +1,11 @@
 //! Secrets in the configuration: `*_file` keys that keep them out of the file and `ps`,
 //! and telling the redactor every one, so no log line, message or metric shows it.
 
-use std::path::Path;
-
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Config, ConfigError, PropertyValue};
+use super::{Config, ConfigError};
+use crate::settings::read_secret_file as read;
 
 /// What else counts as a secret in what sluice shows (logs, messages, metrics).
 #[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
@@ -21,30 +20,10 @@ pub struct RedactConfig {
 impl Config {
     /// Fills `*_file` keys from their files (secrets kept out of the config and `ps`).
     pub(super) fn read_secret_files(&mut self) -> Result<(), ConfigError> {
-        fn read(
-            key: &'static str,
-            both: &'static str,
-            path: &Path,
-            current: &str,
-        ) -> Result<String, ConfigError> {
-            if !current.is_empty() {
-                return Err(ConfigError::invalid(
-                    key,
-                    format!("set {both} or {key}, not both"),
-                ));
-            }
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                ConfigError::invalid(key, format!("cannot read {}: {e}", path.display()))
-            })?;
-            Ok(text.trim_end_matches(['\n', '\r']).to_string())
-        }
         if let Some(path) = &self.sink.url_file {
             self.sink.url = read("sink.url_file", "sink.url", path, &self.sink.url)?;
         }
-        if let Some(path) = &self.source.url_file {
-            let current = self.source.url.clone().unwrap_or_default();
-            self.source.url = Some(read("source.url_file", "source.url", path, &current)?);
-        }
+        self.source.read_secret_files()?;
         if let Some(l) = &mut self.leases
             && let Some(path) = &l.store_file
         {
@@ -62,29 +41,6 @@ impl Config {
         for probe in &mut self.health.probe {
             probe.read_url_file()?;
         }
-        // `"sasl.password_file" = "/run/secrets/kafka"` sets `sasl.password` from the file
-        // (librdkafka's own names have no underscores, so the suffix cannot clash).
-        let files: Vec<(String, String)> = self
-            .source
-            .properties
-            .iter()
-            .filter_map(|(k, v)| Some((k.strip_suffix("_file")?.to_string(), v.to_string())))
-            .collect();
-        for (name, path) in files {
-            if self.source.properties.contains_key(&name) {
-                return Err(ConfigError::invalid(
-                    "source.properties",
-                    format!("set {name:?} or \"{name}_file\", not both"),
-                ));
-            }
-            let value = read("source.properties", "", Path::new(&path), "").map_err(|e| {
-                ConfigError::invalid("source.properties", format!("{name}_file: {e}"))
-            })?;
-            self.source.properties.remove(&format!("{name}_file"));
-            self.source
-                .properties
-                .insert(name, PropertyValue::Text(value));
-        }
         Ok(())
     }
 
@@ -96,7 +52,6 @@ impl Config {
         }
         let urls = [
             Some(self.sink.url.as_str()),
-            self.source.url.as_deref(),
             self.leases.as_ref().map(|l| l.store.as_str()),
             self.sink
                 .dead_letters
@@ -128,10 +83,6 @@ impl Config {
                 }
             }
         }
-        for (key, value) in &self.source.properties {
-            if crate::redact::is_secret_param(key, true) {
-                register_secret(&value.to_string());
-            }
-        }
+        self.source.register_secrets();
     }
 }

@@ -10,7 +10,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
 use super::{ProduceError, Publisher, Tally};
-use crate::config::SourceConfig;
+use crate::source::amqp::settings::AmqpSettings;
 
 /// Confirmations awaited before the next publish waits for the oldest.
 const MAX_UNCONFIRMED: usize = 4096;
@@ -28,7 +28,7 @@ fn queue_error(e: lapin::Error) -> ProduceError {
 }
 
 impl AmqpPublisher {
-    pub async fn open(source: &SourceConfig) -> Result<Self, ProduceError> {
+    pub async fn open(source: &AmqpSettings) -> Result<Self, ProduceError> {
         let url = source.url.as_deref().unwrap_or_default();
         let queue = source.queue.clone().unwrap_or_default();
         let tls = source.tls.as_ref();

@@ -12,8 +12,8 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use std::time::Duration;
 
 use super::{ProduceError, Publisher, Tally};
-use crate::config::SourceConfig;
 use crate::source::kafka::settings;
+use crate::source::kafka::settings::KafkaSettings;
 
 /// Most messages awaiting their delivery report.
 const MAX_UNCONFIRMED: usize = 50_000;
@@ -26,7 +26,7 @@ pub struct KafkaPublisher {
 }
 
 impl KafkaPublisher {
-    pub fn open(source: &SourceConfig) -> Result<Self, ProduceError> {
+    pub fn open(source: &KafkaSettings) -> Result<Self, ProduceError> {
         let producer = settings::producer(source)
             .create()
             .map_err(|e| ProduceError::Queue(format!("kafka: cannot create the producer: {e}")))?;

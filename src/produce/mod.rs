@@ -10,7 +10,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-use crate::config::{Config, SourceKind};
+use crate::config::{Config, SourceKind, SourceSettings};
 use crate::decode::Decoder;
 use crate::record::{Position, Record};
 
@@ -52,10 +52,10 @@ pub trait Publisher: Send {
 
 /// The publisher for the configured source's queue.
 pub async fn open(config: &Config) -> Result<Box<dyn Publisher>, ProduceError> {
-    match config.source.kind {
-        SourceKind::Kafka => Ok(Box::new(kafka::KafkaPublisher::open(&config.source)?)),
-        SourceKind::Amqp => Ok(Box::new(amqp::AmqpPublisher::open(&config.source).await?)),
-        other => Err(ProduceError::NotAQueue(other)),
+    match &config.source {
+        SourceSettings::Kafka(s) => Ok(Box::new(kafka::KafkaPublisher::open(s)?)),
+        SourceSettings::Amqp(s) => Ok(Box::new(amqp::AmqpPublisher::open(s).await?)),
+        other => Err(ProduceError::NotAQueue(other.kind())),
     }
 }
 

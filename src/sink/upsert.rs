@@ -263,7 +263,7 @@ mod tests {
         }
     }
 
-    fn key_of(sink: &SinkConfig, source: SourceKind) -> &'static str {
+    fn key_of(sink: &SinkConfig, source: SourceKind) -> std::borrow::Cow<'static, str> {
         only_key(|p| validate(sink, source, p))
     }
 

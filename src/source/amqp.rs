@@ -19,11 +19,11 @@ use tokio::time::Instant;
 
 use super::watermark::Watermark;
 use super::{Backlog, Pulled, Source, SourceError};
-use crate::config::Config;
 use crate::control::backoff::Backoff;
 use crate::record::{Position, Record, SourceContext};
 
 mod broker;
+pub mod settings;
 
 use broker::passive_declare;
 pub use broker::{QueueDepth, connect, inspect};
@@ -85,20 +85,24 @@ impl From<AmqpError> for SourceError {
 
 impl AmqpSource {
     /// Connects once so that a wrong URL or a missing queue is reported at start.
-    pub async fn open(config: &Config, bounded: bool) -> Result<Self, SourceError> {
-        let url = config.source.url.clone().unwrap_or_default();
-        let queue = config.source.queue.clone().unwrap_or_default();
+    pub async fn open(
+        settings: &settings::AmqpSettings,
+        opening: &super::Opening,
+        bounded: bool,
+    ) -> Result<Self, SourceError> {
+        let url = settings.url.clone().unwrap_or_default();
+        let queue = settings.queue.clone().unwrap_or_default();
         let mut source = AmqpSource {
             url,
-            tls: config.source.tls.clone(),
+            tls: settings.tls.clone(),
             queue,
-            declare: config.source.declare,
-            max_record_bytes: config.source.max_record_bytes,
-            prefetch: initial_prefetch(config),
+            declare: settings.declare,
+            max_record_bytes: settings.max_record_bytes,
+            prefetch: prefetch_for(opening.held),
             live: None,
             epoch: 0,
             watermark: Watermark::new(1),
-            backoff: config.backoffs().reconnect,
+            backoff: opening.reconnect.clone(),
             failures: 0,
             reconnect_at: None,
             empty_checked: None,
@@ -283,13 +287,6 @@ fn header_list(table: &FieldTable) -> Vec<(String, Option<Vec<u8>>)> {
             (name.as_str().to_string(), value)
         })
         .collect()
-}
-
-/// Before the pipeline says otherwise: one batch per slot plus one being pulled.
-fn initial_prefetch(config: &Config) -> u16 {
-    let per_tick =
-        (config.rate.records_per_second * config.rate.tick.as_secs_f64()).ceil() as usize;
-    prefetch_for(per_tick.min(config.sink.max_batch) * (config.concurrency.max + 1))
 }
 
 fn prefetch_for(records: usize) -> u16 {

@@ -12,6 +12,7 @@ mod identity;
 mod locate;
 mod rotation;
 mod segment;
+pub mod settings;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -21,12 +22,12 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{Backlog, Pulled, Source, SourceError};
-use crate::config::Config;
 use crate::record::Position;
 use checkpoint::{CheckpointFile, Entry};
 use identity::{FileId, fingerprint, read_head};
 use locate::{Directory, Wanted, display_name};
 use segment::Segment;
+use settings::FileSettings;
 
 /// Checkpoints are written at most this often while running (and always on close).
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
@@ -47,9 +48,8 @@ pub struct FileSource {
 }
 
 impl FileSource {
-    pub async fn open(config: &Config, follow: bool) -> Result<Self, SourceError> {
-        let path = config
-            .source
+    pub async fn open(settings: &FileSettings, follow: bool) -> Result<Self, SourceError> {
+        let path = settings
             .path
             .clone()
             .ok_or_else(|| SourceError::Other("source.path is not set".into()))?;
@@ -57,8 +57,8 @@ impl FileSource {
             segments: VecDeque::new(),
             path: None,
             follow,
-            max_record_bytes: config.source.max_record_bytes,
-            rotate_wait: config.source.rotate_wait,
+            max_record_bytes: settings.max_record_bytes,
+            rotate_wait: settings.rotate_wait,
             next_lane: 0,
             checkpoint: None,
             saved_at: None,
@@ -76,7 +76,7 @@ impl FileSource {
             return Ok(source);
         }
         let checkpoint = CheckpointFile {
-            path: config
+            path: settings
                 .checkpoint_path()
                 .expect("a file input has a checkpoint"),
         };

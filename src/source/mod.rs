@@ -5,12 +5,14 @@
 pub mod amqp;
 pub mod file;
 pub mod kafka;
+pub mod settings;
 pub mod watermark;
 
 use async_trait::async_trait;
 
-use crate::config::{Config, SourceKind};
+use crate::control::backoff::Backoff;
 use crate::record::{Position, Record};
+use settings::SourceSettings;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -117,31 +119,45 @@ pub enum Extent {
     AtStart,
 }
 
-/// Opens the source the configuration names, reading as far as `extent` says. `direct`
-/// (Kafka, one-shot runs): take every partition by direct assignment instead of joining
-/// the group.
+/// How a source is opened, besides its settings: what the run and the rest of the
+/// configuration ask of it.
+#[derive(Debug, Clone)]
+pub struct Opening {
+    /// How far to read.
+    pub extent: Extent,
+    /// Kafka, one-shot runs: take every partition by direct assignment instead of joining
+    /// the group.
+    pub direct: bool,
+    /// The records the pipeline may hold at once: what an AMQP prefetch starts at.
+    pub held: usize,
+    /// Between attempts to reconnect to a broker.
+    pub reconnect: Backoff,
+}
+
+/// Opens the source `settings` describe, as `opening` says.
 pub async fn open(
-    config: &Config,
-    extent: Extent,
-    direct: bool,
+    settings: &SourceSettings,
+    opening: &Opening,
 ) -> Result<Box<dyn Source>, SourceError> {
-    let follow = extent == Extent::Follow;
-    let at_start = extent == Extent::AtStart;
-    match config.source.kind {
-        SourceKind::File => {
-            let mut source = file::FileSource::open(config, follow).await?;
+    let follow = opening.extent == Extent::Follow;
+    let at_start = opening.extent == Extent::AtStart;
+    match settings {
+        SourceSettings::File(settings) => {
+            let mut source = file::FileSource::open(settings, follow).await?;
             if at_start {
                 source.bound_at_start()?;
             }
             Ok(Box::new(source))
         }
-        SourceKind::Amqp => Ok(Box::new(amqp::AmqpSource::open(config, at_start).await?)),
-        SourceKind::Kafka => {
-            let mut source = kafka::KafkaSource::open(config, follow).await?;
+        SourceSettings::Amqp(settings) => Ok(Box::new(
+            amqp::AmqpSource::open(settings, opening, at_start).await?,
+        )),
+        SourceSettings::Kafka(settings) => {
+            let mut source = kafka::KafkaSource::open(settings, follow).await?;
             if at_start {
                 source.bound_at_start();
             }
-            if direct {
+            if opening.direct {
                 source.assign_all()?;
             }
             Ok(Box::new(source))
@@ -158,9 +174,12 @@ pub struct BacklogReport {
 
 /// Counts the backlog without consuming or acknowledging anything: a queue is inspected
 /// with a passive declare (a consumer would take messages and hand them back redelivered).
-pub async fn inspect_backlog(config: &Config) -> Result<BacklogReport, SourceError> {
-    if config.source.kind == SourceKind::Amqp {
-        let depth = amqp::inspect(config).await?;
+pub async fn inspect_backlog(
+    settings: &SourceSettings,
+    opening: &Opening,
+) -> Result<BacklogReport, SourceError> {
+    if let SourceSettings::Amqp(amqp) = settings {
+        let depth = amqp::inspect(amqp).await?;
         return Ok(BacklogReport {
             records: Some(u64::from(depth.ready)),
             note: Some(format!(
@@ -169,10 +188,10 @@ pub async fn inspect_backlog(config: &Config) -> Result<BacklogReport, SourceErr
             )),
         });
     }
-    let mut source = open(config, Extent::CaughtUp, false).await?;
+    let mut source = open(settings, opening).await?;
     let records = source.count_backlog().await;
     // Closing a file source saves its checkpoint: an inspection writes nothing.
-    if config.source.kind != SourceKind::File {
+    if settings.file().is_none() {
         let _ = source.close(false).await;
     }
     Ok(BacklogReport {

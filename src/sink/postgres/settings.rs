@@ -74,7 +74,7 @@ mod tests {
         }
     }
 
-    fn key_of(sink: &SinkConfig) -> &'static str {
+    fn key_of(sink: &SinkConfig) -> std::borrow::Cow<'static, str> {
         only_key(|p| validate(sink, p))
     }
 

@@ -6,7 +6,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
 
 use super::AmqpError;
-use crate::config::Config;
+use super::settings::AmqpSettings;
 use crate::source::SourceError;
 
 /// Connects to the broker; an `amqps://` URL with `[source.tls]`'s CA (added to the
@@ -72,10 +72,10 @@ pub struct QueueDepth {
 }
 
 /// Reads the queue's depth without touching its messages (for `sluice plan`).
-pub async fn inspect(config: &Config) -> Result<QueueDepth, SourceError> {
-    let url = config.source.url.clone().unwrap_or_default();
-    let queue = config.source.queue.clone().unwrap_or_default();
-    let tls = config.source.tls.as_ref();
+pub async fn inspect(settings: &AmqpSettings) -> Result<QueueDepth, SourceError> {
+    let url = settings.url.clone().unwrap_or_default();
+    let queue = settings.queue.clone().unwrap_or_default();
+    let tls = settings.tls.as_ref();
     let connection = connect(&url, tls, ConnectionProperties::default())
         .await
         .map_err(AmqpError)?;

@@ -5,18 +5,16 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::config::SourceKind;
 use crate::record::Record;
 
 const WAIT: Duration = Duration::from_secs(5);
 
-fn config(dir: &Path) -> Config {
-    let mut c = Config::default();
-    c.source.kind = SourceKind::File;
-    c.source.path = Some(dir.join("in.ndjson"));
-    c.source.max_record_bytes = 1 << 20;
-    c.source.rotate_wait = WAIT;
-    c
+fn config(dir: &Path) -> FileSettings {
+    FileSettings {
+        path: Some(dir.join("in.ndjson")),
+        rotate_wait: WAIT,
+        ..FileSettings::default()
+    }
 }
 
 fn append(path: &Path, text: &str) {

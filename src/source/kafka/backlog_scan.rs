@@ -12,7 +12,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::context::ReaderContext;
 use super::settings;
-use crate::config::SourceConfig;
+use super::settings::KafkaSettings;
 use crate::source::SourceError;
 
 fn fail(what: &str, e: impl std::fmt::Display) -> SourceError {
@@ -21,7 +21,7 @@ fn fail(what: &str, e: impl std::fmt::Display) -> SourceError {
 
 /// Records between the group's committed offsets and the ends of the topic's partitions.
 /// Blocking: run it off the async threads.
-pub fn count(source: &SourceConfig, timeout: Duration) -> Result<u64, SourceError> {
+pub fn count(source: &KafkaSettings, timeout: Duration) -> Result<u64, SourceError> {
     let consumer: BaseConsumer<ReaderContext> = settings::consumer(source)
         .create_with_context(ReaderContext)
         .map_err(|e| fail("cannot create a consumer", e))?;
@@ -34,7 +34,7 @@ pub fn count(source: &SourceConfig, timeout: Duration) -> Result<u64, SourceErro
 
 fn count_with(
     consumer: &BaseConsumer<ReaderContext>,
-    source: &SourceConfig,
+    source: &KafkaSettings,
     timeout: Duration,
 ) -> Result<u64, SourceError> {
     let topic = source.topic.as_deref().unwrap_or_default();

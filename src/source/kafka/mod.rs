@@ -23,7 +23,6 @@ use self::assignment::Assignment;
 use self::context::{GroupContext, lock, offset_list};
 use self::ready::ready_now;
 use super::{Backlog, Pulled, Source, SourceError};
-use crate::config::Config;
 use crate::record::{Position, Record, SourceContext};
 
 /// How long a pull waits for records that are not ready yet (never once every partition
@@ -52,7 +51,7 @@ pub struct KafkaSource {
     /// The topic's partition count, for the share of a capacity split by assignment.
     partitions: usize,
     /// For the backlog count's own reader.
-    config: crate::config::SourceConfig,
+    config: settings::KafkaSettings,
     /// A record [`Source::watch`] found while the worker had no allowance, with the
     /// assignment epoch it was fetched in; handed out first by the next pull (or dropped
     /// there if its partition changed hands meanwhile, to be fetched again).
@@ -64,8 +63,7 @@ fn fail(what: &str, e: impl std::fmt::Display) -> SourceError {
 }
 
 impl KafkaSource {
-    pub async fn open(config: &Config, follow: bool) -> Result<Self, SourceError> {
-        let source = &config.source;
+    pub async fn open(source: &settings::KafkaSettings, follow: bool) -> Result<Self, SourceError> {
         let topic = source.topic.clone().unwrap_or_default();
         let group = source.group.clone().unwrap_or_default();
         let assignment = Arc::new(Mutex::new(Assignment::new(Instant::now())));

@@ -3,9 +3,75 @@
 //! user's pass-through properties. Checked while the configuration loads, so a misspelt
 //! property exits 2 instead of failing at the first pull.
 
-use rdkafka::ClientConfig;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
 
-use crate::config::{Problems, SourceConfig, SourceKind};
+use rdkafka::ClientConfig;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::settings::{ConfigError, HumanDuration, Problems, read_secret_file};
+use crate::source::settings::default_max_record_bytes;
+
+/// `[source]` with `kind = "kafka"`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct KafkaSettings {
+    /// Bootstrap servers, `host:port[,host:port…]`.
+    pub brokers: Option<String>,
+    /// The topic drained (and `sluice produce`'s destination).
+    pub topic: Option<String>,
+    /// Consumer group; workers in one group share the topic's partitions.
+    pub group: Option<String>,
+    /// librdkafka properties passed through as they are (TLS, SASL, tuning).
+    #[serde(default)]
+    pub properties: BTreeMap<String, PropertyValue>,
+    /// How long `--until-empty` waits for the group to assign partitions.
+    #[schemars(with = "HumanDuration")]
+    #[serde(default = "default_assignment_timeout", with = "humantime_serde")]
+    pub assignment_timeout: Duration,
+    /// A longer record is dead-lettered instead of being held in memory.
+    #[serde(default = "default_max_record_bytes")]
+    pub max_record_bytes: usize,
+}
+
+impl Default for KafkaSettings {
+    fn default() -> Self {
+        KafkaSettings {
+            brokers: None,
+            topic: None,
+            group: None,
+            properties: BTreeMap::new(),
+            assignment_timeout: default_assignment_timeout(),
+            max_record_bytes: default_max_record_bytes(),
+        }
+    }
+}
+
+fn default_assignment_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+/// A librdkafka property value; TOML numbers and booleans are accepted as they read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum PropertyValue {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Flag(bool),
+}
+
+impl std::fmt::Display for PropertyValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PropertyValue::Text(s) => f.write_str(s),
+            PropertyValue::Integer(i) => write!(f, "{i}"),
+            PropertyValue::Float(x) => write!(f, "{x}"),
+            PropertyValue::Flag(b) => write!(f, "{b}"),
+        }
+    }
+}
 
 /// Properties sluice sets itself; overriding them would break its guarantees or duplicate
 /// a key of `[source]`.
@@ -51,7 +117,7 @@ const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
 ];
 
 /// The consumer's configuration for a validated `[source]` of kind "kafka".
-pub fn consumer(source: &SourceConfig) -> ClientConfig {
+pub fn consumer(source: &KafkaSettings) -> ClientConfig {
     let mut config = base(source);
     for (key, value) in CONSUMER_DEFAULTS {
         config.set(*key, *value);
@@ -67,13 +133,13 @@ pub fn consumer(source: &SourceConfig) -> ClientConfig {
 
 /// The producer's configuration (`sluice produce`): brokers and the pass-through
 /// properties (TLS, SASL); consumer tuning is left out.
-pub fn producer(source: &SourceConfig) -> ClientConfig {
+pub fn producer(source: &KafkaSettings) -> ClientConfig {
     let mut config = base(source);
     apply_properties(&mut config, source, CONSUMER_DEFAULTS);
     config
 }
 
-fn base(source: &SourceConfig) -> ClientConfig {
+fn base(source: &KafkaSettings) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set(
@@ -85,7 +151,7 @@ fn base(source: &SourceConfig) -> ClientConfig {
 }
 
 /// Sets the user's properties on `config`, except those named in `skip`.
-fn apply_properties(config: &mut ClientConfig, source: &SourceConfig, skip: &[(&str, &str)]) {
+fn apply_properties(config: &mut ClientConfig, source: &KafkaSettings, skip: &[(&str, &str)]) {
     for (key, value) in &source.properties {
         if !skip.iter().any(|(k, _)| k == key) {
             config.set(key, value.to_string());
@@ -93,48 +159,81 @@ fn apply_properties(config: &mut ClientConfig, source: &SourceConfig, skip: &[(&
     }
 }
 
-/// Checks the Kafka keys of `[source]`: required ones for kind "kafka", none for others.
-pub fn validate(source: &SourceConfig, p: &mut Problems) {
-    // Keys of this source set for another kind are refused by `config::kinds`.
-    if source.kind != SourceKind::Kafka {
-        return;
+impl KafkaSettings {
+    /// `"sasl.password_file" = "/run/secrets/kafka"` sets `sasl.password` from the file
+    /// (librdkafka's own names have no underscores, so the suffix cannot clash).
+    pub(crate) fn read_secret_files(&mut self) -> Result<(), ConfigError> {
+        let files: Vec<(String, String)> = self
+            .properties
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_suffix("_file")?.to_string(), v.to_string())))
+            .collect();
+        for (name, path) in files {
+            if self.properties.contains_key(&name) {
+                return Err(ConfigError::invalid(
+                    "source.properties",
+                    format!("set {name:?} or \"{name}_file\", not both"),
+                ));
+            }
+            let value =
+                read_secret_file("source.properties", "", Path::new(&path), "").map_err(|e| {
+                    ConfigError::invalid("source.properties", format!("{name}_file: {e}"))
+                })?;
+            self.properties.remove(&format!("{name}_file"));
+            self.properties.insert(name, PropertyValue::Text(value));
+        }
+        Ok(())
     }
-    let brokers = source.brokers.as_deref().unwrap_or_default();
-    if brokers.trim().is_empty() {
-        p.add(
-            "source.brokers",
-            "required for kind = \"kafka\" (host:port[,host:port…])",
-        );
-    }
-    let topic = source.topic.as_deref().unwrap_or_default();
-    if let Err(e) = validate_topic(topic) {
-        p.add("source.topic", e);
-    }
-    if source
-        .group
-        .as_deref()
-        .unwrap_or_default()
-        .trim()
-        .is_empty()
-    {
-        p.add(
-            "source.group",
-            "required for kind = \"kafka\": workers sharing a group share the partitions",
-        );
-    }
-    p.positive_duration("source.assignment_timeout", source.assignment_timeout);
-    let mut reserved = false;
-    for key in source.properties.keys() {
-        if let Some((_, why)) = RESERVED.iter().find(|(k, _)| k == key) {
-            p.add(
-                "source.properties",
-                format!("{key:?} cannot be set here: {why}"),
-            );
-            reserved = true;
+
+    /// Tells the redactor the values of properties whose names mean a secret.
+    pub(crate) fn register_secrets(&self) {
+        for (key, value) in &self.properties {
+            if crate::redact::is_secret_param(key, true) {
+                crate::redact::register_secret(&value.to_string());
+            }
         }
     }
-    if !reserved && let Err(e) = consumer(source).create_native_config() {
-        p.add("source.properties", e.to_string());
+
+    /// Checks the keys of a Kafka `[source]`, the pass-through properties included.
+    pub(crate) fn validate(&self, p: &mut Problems) {
+        let source = self;
+        let brokers = source.brokers.as_deref().unwrap_or_default();
+        if brokers.trim().is_empty() {
+            p.add(
+                "source.brokers",
+                "required for kind = \"kafka\" (host:port[,host:port…])",
+            );
+        }
+        let topic = source.topic.as_deref().unwrap_or_default();
+        if let Err(e) = validate_topic(topic) {
+            p.add("source.topic", e);
+        }
+        if source
+            .group
+            .as_deref()
+            .unwrap_or_default()
+            .trim()
+            .is_empty()
+        {
+            p.add(
+                "source.group",
+                "required for kind = \"kafka\": workers sharing a group share the partitions",
+            );
+        }
+        p.positive_duration("source.assignment_timeout", source.assignment_timeout);
+        let mut reserved = false;
+        for key in source.properties.keys() {
+            if let Some((_, why)) = RESERVED.iter().find(|(k, _)| k == key) {
+                p.add(
+                    "source.properties",
+                    format!("{key:?} cannot be set here: {why}"),
+                );
+                reserved = true;
+            }
+        }
+        if !reserved && let Err(e) = consumer(source).create_native_config() {
+            p.add("source.properties", e.to_string());
+        }
     }
 }
 
@@ -157,12 +256,9 @@ fn validate_topic(topic: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ConfigError;
-    use crate::config::PropertyValue;
 
-    fn kafka() -> SourceConfig {
-        SourceConfig {
-            kind: SourceKind::Kafka,
+    fn kafka() -> KafkaSettings {
+        KafkaSettings {
             brokers: Some("127.0.0.1:9092".into()),
             topic: Some("orders".into()),
             group: Some("sluice".into()),
@@ -171,15 +267,15 @@ mod tests {
         }
     }
 
-    fn checked(source: &SourceConfig) -> Result<(), ConfigError> {
+    fn checked(source: &KafkaSettings) -> Result<(), ConfigError> {
         let mut p = Problems::default();
-        validate(source, &mut p);
+        source.validate(&mut p);
         p.into_result()
     }
 
-    fn key_of(err: ConfigError) -> &'static str {
+    fn key_of(err: ConfigError) -> String {
         match err {
-            ConfigError::Invalid { key, .. } => key,
+            ConfigError::Invalid { key, .. } => key.into_owned(),
             other => panic!("unexpected {other}"),
         }
     }

@@ -1,9 +1,35 @@
 //! Every problem a configuration has, gathered before any is reported: `sluice check` and
 //! a refused `run` list them all at once instead of one per attempt.
 
+use std::borrow::Cow;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use super::ConfigError;
+/// A configuration that cannot be used; always names the offending key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration file {0} not found")]
+    MissingFile(PathBuf),
+    #[error("{0}")]
+    Parse(String),
+    #[error("{key}: {message}")]
+    Invalid {
+        key: Cow<'static, str>,
+        message: String,
+    },
+    /// More than one problem, each naming its key.
+    #[error("{}", list(.0))]
+    Several(Vec<ConfigError>),
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(key: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
 
 /// Problems found so far; each names its key.
 #[derive(Debug, Default)]
@@ -14,7 +40,7 @@ pub struct Problems(Vec<ConfigError>);
 pub const LONGEST: Duration = Duration::from_secs(365 * 24 * 3600);
 
 impl Problems {
-    pub fn add(&mut self, key: &'static str, message: impl Into<String>) {
+    pub fn add(&mut self, key: impl Into<Cow<'static, str>>, message: impl Into<String>) {
         self.0.push(ConfigError::invalid(key, message));
     }
 
@@ -78,7 +104,7 @@ impl Problems {
 /// The key of the one problem `check` finds: the settings modules' tests ask this of a
 /// value they break.
 #[cfg(test)]
-pub fn only_key(check: impl FnOnce(&mut Problems)) -> &'static str {
+pub fn only_key(check: impl FnOnce(&mut Problems)) -> Cow<'static, str> {
     let mut p = Problems::default();
     check(&mut p);
     match p.into_result() {
@@ -88,7 +114,7 @@ pub fn only_key(check: impl FnOnce(&mut Problems)) -> &'static str {
 }
 
 /// "3 problems:" and one per line, for `ConfigError::Several`.
-pub(super) fn list(all: &[ConfigError]) -> String {
+fn list(all: &[ConfigError]) -> String {
     let mut text = format!("{} problems:", all.len());
     for e in all {
         text.push_str("\n  ");

@@ -1,0 +1,26 @@
+//! What every component's settings are checked with: the problems found (each naming its
+//! key), the bounds values are held to, and how a duration reads in the schema. A leaf:
+//! the sources and sinks own their settings and check them with this, and `config` loads
+//! and composes them, so neither imports the other's schema.
+
+pub mod bounds;
+mod duration_schema;
+mod problems;
+mod secret_file;
+
+pub use duration_schema::HumanDuration;
+#[cfg(test)]
+pub use problems::only_key;
+pub use problems::{ConfigError, Problems};
+pub use secret_file::read_secret_file;
+
+/// The keys a settings table reads, from the schema of the type that reads it: what is set
+/// but not among them belongs to another kind, or to none.
+pub fn keys_of<T: schemars::JsonSchema>() -> Vec<String> {
+    let schema = schemars::SchemaGenerator::default().into_root_schema_for::<T>();
+    schema
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
