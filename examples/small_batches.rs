@@ -7,10 +7,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::config::{Config, SinkKind};
+use sluice::config::{Config, SinkBackend};
 use sluice::record::Row;
 use sluice::sink::Sink;
 use sluice::sink::postgres::PostgresSink;
+use sluice::sink::postgres::settings::PostgresSettings;
 
 const RECORDS: usize = 400;
 const IN_FLIGHT: usize = 8;
@@ -22,12 +23,16 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/sluice_test".into());
     let tag = format!("small_batches_{}", std::process::id());
     let mut config = Config::default();
-    config.sink.kind = SinkKind::Postgres;
     config.sink.url = url.clone();
-    config.sink.max_connections = Some(IN_FLIGHT as u32 + 1);
+    let own = PostgresSettings {
+        max_connections: Some(IN_FLIGHT as u32 + 1),
+        ..PostgresSettings::default()
+    };
+    config.sink.backend = SinkBackend::Postgres(own.clone());
+    let opening = config.sink_opening();
 
     config.sink.table = format!("{tag}_created");
-    let created = Arc::new(PostgresSink::open(&config).await?);
+    let created = Arc::new(PostgresSink::open(&config.sink, &opening).await?);
     report("default (created table)", run(created, "c").await);
 
     let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await?;
@@ -38,8 +43,11 @@ async fn main() -> anyhow::Result<()> {
     .execute(&mut admin)
     .await?;
     config.sink.table = mapped_table.clone();
-    config.sink.columns = Some([("doc".to_string(), String::new())].into());
-    let mapped = Arc::new(PostgresSink::open(&config).await?);
+    config.sink.backend = SinkBackend::Postgres(PostgresSettings {
+        columns: Some([("doc".to_string(), String::new())].into()),
+        ..own
+    });
+    let mapped = Arc::new(PostgresSink::open(&config.sink, &opening).await?);
     report("[sink.columns] (mapped table)", run(mapped, "m").await);
 
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(

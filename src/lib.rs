@@ -2,6 +2,7 @@
 //! smoothed cadence, writes idempotent batches, backs off when the sink says so, and
 //! acknowledges only what is durably written or dead-lettered.
 
+pub mod atomic_f64;
 pub mod backpressure;
 pub mod check;
 pub mod cli;

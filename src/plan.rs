@@ -42,7 +42,10 @@ pub struct ProbeReport {
 
 impl ProbeReport {
     /// Runs `probe` once and judges its reading as a worker would.
-    pub async fn read(probe: &crate::config::health::ProbeConfig, config: &Config) -> ProbeReport {
+    pub async fn read(
+        probe: &crate::health::settings::ProbeConfig,
+        config: &Config,
+    ) -> ProbeReport {
         use crate::control::health::{ProbeGate, ProbeLimits, ProbeState, Reading};
         let task = crate::health::probe::ProbeTask::new(probe, &config.sink);
         let mut conns: Vec<_> = task.targets.iter().map(|_| None).collect();
@@ -56,7 +59,7 @@ impl ProbeReport {
         let mut gate = ProbeGate::new(limits);
         gate.observe(Duration::ZERO, reading.clone());
         let unit = match probe.builtin {
-            Some(crate::config::health::Builtin::ReplicaLag) => " s",
+            Some(crate::health::settings::Builtin::ReplicaLag) => " s",
             _ => "",
         };
         let name = probe.name().to_string();

@@ -51,7 +51,7 @@ pub struct Row {
     /// Carried along only for a dead letter, should the sink refuse the row.
     pub context: SourceContext,
     /// Upsert mode: the version that must be newer than the stored one to apply.
-    pub version: Option<crate::sink::upsert::Version>,
+    pub version: Option<Version>,
     /// Upsert mode: the record deletes its key (a tombstone, a delete flag).
     pub delete: bool,
 }
@@ -79,4 +79,39 @@ impl DeadLetter {
             context: Box::new(row.context.clone()),
         }
     }
+}
+
+/// What a version is; versions of different kinds are never compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionKind {
+    /// The Kafka offset: orders the versions of a key within its partition.
+    Source,
+    /// A JSON number in the value.
+    Number,
+    /// An RFC 3339 timestamp in the value, stored as nanoseconds since the epoch.
+    Time,
+}
+
+impl VersionKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            VersionKind::Source => "source",
+            VersionKind::Number => "number",
+            VersionKind::Time => "timestamp",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [VersionKind::Source, VersionKind::Number, VersionKind::Time]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+}
+
+/// A record's version, as the sink stores and compares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    pub kind: VersionKind,
+    /// Exact decimal text, for a `numeric` column (a timestamp as epoch nanoseconds).
+    pub numeric: String,
 }

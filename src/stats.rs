@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::atomic_f64::AtomicF64;
 use crate::control::sink_limit::Unit;
 use crate::source::Backlog;
 
@@ -126,30 +127,6 @@ impl Default for SinkLimits {
             AtomicF64::new(0.0),
             AtomicF64::new(0.0),
         ])
-    }
-}
-
-/// An `f64` shared without a lock, kept as its bits; starts at 1.0 (a full share).
-#[derive(Debug)]
-pub struct AtomicF64(AtomicU64);
-
-impl Default for AtomicF64 {
-    fn default() -> Self {
-        AtomicF64::new(1.0)
-    }
-}
-
-impl AtomicF64 {
-    pub fn new(value: f64) -> Self {
-        AtomicF64(AtomicU64::new(value.to_bits()))
-    }
-
-    pub fn get(&self) -> f64 {
-        f64::from_bits(self.0.load(Relaxed))
-    }
-
-    pub fn set(&self, value: f64) {
-        self.0.store(value.to_bits(), Relaxed);
     }
 }
 

@@ -198,6 +198,56 @@ fn the_source_kind_picks_its_keys() {
     }
 }
 
+/// `[sink]`'s kind picks its keys beside those every kind reads.
+#[test]
+fn the_sink_kind_picks_its_keys() {
+    let validator = jsonschema::validator_for(&schema()).unwrap();
+    let source = "[source]\npath = \"x.ndjson\"\n";
+    for (sink, valid) in [
+        (
+            "kind = \"sqlite\"\nurl = \"sqlite://x.db\"\nmax_batch = 10\n",
+            true,
+        ),
+        (
+            "kind = \"http\"\nurl = \"http://h/\"\ntimeout = \"1s\"\n[sink.dead_letters]\npath = \"d\"\n",
+            true,
+        ),
+        (
+            "kind = \"postgres\"\nurl = \"postgres://h/d\"\nthrottle_sqlstates = [\"53300\"]\n",
+            true,
+        ),
+        (
+            "kind = \"mysql\"\nurl = \"mysql://h/d\"\nthrottle_errors = [1040]\n",
+            true,
+        ),
+        (
+            "kind = \"elasticsearch\"\nurl = \"http://h/\"\n[sink.elasticsearch]\nindex = \"i\"\n",
+            true,
+        ),
+        ("url = \"sqlite://x.db\"\n", false),
+        (
+            "kind = \"sqlite\"\nurl = \"sqlite://x.db\"\ntimeout = \"1s\"\n",
+            false,
+        ),
+        (
+            "kind = \"mysql\"\nurl = \"mysql://h/d\"\nthrottle_sqlstates = [\"53300\"]\n",
+            false,
+        ),
+        (
+            "kind = \"http\"\nurl = \"http://h/\"\n[sink.elasticsearch]\nindex = \"i\"\n",
+            false,
+        ),
+        (
+            "kind = \"postgres\"\nurl = \"postgres://h/d\"\nmax_batch = \"ten\"\n",
+            false,
+        ),
+    ] {
+        let text = format!("{source}[sink]\n{sink}");
+        let found = problems(&validator, &to_json(&text, "sink"));
+        assert_eq!(found.is_empty(), valid, "{text}\n{found:?}");
+    }
+}
+
 #[test]
 fn sluice_config_schema_prints_the_schema() {
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))

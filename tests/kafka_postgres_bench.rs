@@ -272,7 +272,11 @@ async fn sluice_upsert(config: &Path, table: &str, batches: &[Vec<Record>], even
                 .collect()
         })
         .collect();
-    let sink = Arc::new(PostgresSink::open(&config).await.unwrap());
+    let sink = Arc::new(
+        PostgresSink::open(&config.sink, &config.sink_opening())
+            .await
+            .unwrap(),
+    );
     in_flight(rows, events, move |rows: Vec<Row>| {
         let sink = sink.clone();
         async move {

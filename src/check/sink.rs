@@ -38,7 +38,7 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
     };
     let mut probes = Vec::new();
     for url in urls {
-        let result = match sink.kind {
+        let result = match sink.kind() {
             SinkKind::Sqlite => sqlite(&url),
             SinkKind::Postgres => {
                 let tables = [sink.table.as_str(), "sluice_dead_letters"];
@@ -59,8 +59,7 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
     }
     // A mapped table must take the statement every batch runs. Opening the sink prepares
     // it, and creates only the dead-letter table: so only once that exists.
-    let mapped =
-        matches!(sink.kind, SinkKind::Postgres | SinkKind::Mysql) && sink.columns.is_some();
+    let mapped = sink.columns().is_some();
     if mapped
         && probes.iter().all(|p| {
             p.result
@@ -69,7 +68,7 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
         })
     {
         let result = within(timeout, async {
-            crate::sink::open(config)
+            crate::sink::open(sink, &config.sink_opening())
                 .await
                 .map(|_| "the insert statement prepares".to_string())
                 .map_err(|e| e.to_string())
@@ -80,7 +79,7 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
             result,
         });
     }
-    if let Some(dl) = &sink.dead_letters {
+    if let Some(dl) = sink.dead_letters() {
         let (what, result) = match (&dl.url, &dl.path) {
             (Some(url), _) if url.starts_with("sqlite:") => (url.clone(), sqlite(url)),
             (Some(url), _) => (
@@ -192,15 +191,16 @@ pub(super) async fn postgres(url: &str, tables: &[&str]) -> Result<String, Strin
 
 /// An HTTP endpoint answers (HEAD, with the configured headers); refused credentials fail.
 async fn http(config: &Config, url: &str, timeout: Duration) -> Result<String, String> {
-    let headers =
-        crate::sink::http::headers::build(&config.sink.headers, |v| std::env::var(v).ok())
-            .map_err(|e| e.to_string())?;
+    let none = Default::default();
+    let configured = config.sink.headers().unwrap_or(&none);
+    let headers = crate::sink::http::headers::build(configured, |v| std::env::var(v).ok())
+        .map_err(|e| e.to_string())?;
     let builder = reqwest::Client::builder()
         .default_headers(headers)
         .timeout(timeout)
         .connect_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none());
-    let tls = config.sink.tls.clone().unwrap_or_default();
+    let tls = config.sink.tls().cloned().unwrap_or_default();
     let client = tls
         .apply_to_reqwest(builder)?
         .build()

@@ -208,7 +208,7 @@ async fn drain(
         },
         e => format!("cannot open the source: {e}").into(),
     })?;
-    let Some(sink) = sink::open_when_ready(config, &mut shutdown)
+    let Some(sink) = sink::open_when_ready(&config.sink, &config.sink_opening(), &mut shutdown)
         .await
         .map_err(|e| e.to_string())?
     else {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::aperture;
+use crate::sink::balanced::aperture;
 
 /// Environment variables that set one librdkafka property each.
 pub(super) const KAFKA_PROPERTY_VARS: &str = "SOURCE__PROPERTIES__";

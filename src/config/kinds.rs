@@ -4,95 +4,68 @@
 
 use figment::Figment;
 
-use crate::config::{Config, ConfigError, Problems, SinkKind, SourceKind, SourceSettings};
+use crate::config::{
+    Config, ConfigError, Problems, SinkBackend, SinkKind, SinkSettings, SourceKind, SourceSettings,
+};
 
-const HTTP: SinkKind = SinkKind::Http;
-const ES: SinkKind = SinkKind::Elasticsearch;
-
-/// Sink keys that only some kinds read.
-const SINK_KEYS: &[(&str, &str, &[SinkKind])] = &[
-    ("urls", "sink.urls", &[HTTP, ES, SinkKind::Postgres]),
-    ("balance", "sink.balance", &[HTTP, ES, SinkKind::Postgres]),
-    (
-        "discovery",
-        "sink.discovery",
-        &[HTTP, ES, SinkKind::Postgres],
-    ),
-    ("format", "sink.format", &[HTTP]),
-    ("response", "sink.response", &[HTTP]),
-    ("elasticsearch", "sink.elasticsearch", &[ES]),
-    ("headers", "sink.headers", &[HTTP, ES]),
-    ("timeout", "sink.timeout", &[HTTP, ES]),
-    ("tls", "sink.tls", &[HTTP, ES]),
-    ("dead_letters", "sink.dead_letters", &[HTTP, ES]),
-    (
-        "columns",
-        "sink.columns",
-        &[SinkKind::Postgres, SinkKind::Mysql],
-    ),
-    (
-        "key_column",
-        "sink.key_column",
-        &[SinkKind::Postgres, SinkKind::Mysql],
-    ),
-    (
-        "version_column",
-        "sink.version_column",
-        &[SinkKind::Postgres],
-    ),
-    (
-        "deleted_column",
-        "sink.deleted_column",
-        &[SinkKind::Postgres],
-    ),
-    ("coerce", "sink.coerce", &[SinkKind::Postgres]),
-    (
-        "throttle_sqlstates",
-        "sink.throttle_sqlstates",
-        &[SinkKind::Postgres],
-    ),
-    (
-        "throttle_errors",
-        "sink.throttle_errors",
-        &[SinkKind::Mysql],
-    ),
-    (
-        "max_connections",
-        "sink.max_connections",
-        &[SinkKind::Postgres],
-    ),
-];
+/// The keys of where a sink of several endpoints is (`[sink]` reads them for every kind,
+/// but only these kinds balance endpoints).
+const BALANCED_KEYS: &[&str] = &["urls", "balance", "discovery"];
+const BALANCED_KINDS: &[SinkKind] = &[SinkKind::Http, SinkKind::Elasticsearch, SinkKind::Postgres];
 
 /// Refuses every key of `[source]` or `[sink]` that was set (in the file, the environment
 /// or a flag) but is not read by the chosen kind. Keys every kind reads pass.
 pub fn refuse_other_kinds_keys(figment: &Figment, config: &Config, p: &mut Problems) {
-    refuse_source_keys(figment, config.source.kind(), p);
-    let sink_kind = config.sink.kind;
-    for (name, key, kinds) in SINK_KEYS {
-        if is_set(figment, "sink", name) && !kinds.contains(&sink_kind) {
-            p.push(refusal(*key, &format!("{sink_kind:?}")));
-        }
-    }
-}
-
-/// A source kind reads only its own keys: one of another kind is refused as not applying,
-/// one of no kind as unknown.
-fn refuse_source_keys(figment: &Figment, kind: SourceKind, p: &mut Problems) {
-    let read = SourceSettings::keys(kind);
+    let kind = config.source.kind();
     let others: Vec<String> = [SourceKind::File, SourceKind::Amqp, SourceKind::Kafka]
         .into_iter()
         .filter(|k| *k != kind)
         .flat_map(SourceSettings::keys)
         .collect();
-    for name in set_keys(figment, "source") {
+    let read = SourceSettings::keys(kind);
+    refuse_keys(figment, "source", &format!("{kind:?}"), &read, &others, p);
+
+    let kind = config.sink.kind();
+    let all = [
+        SinkKind::Sqlite,
+        SinkKind::Http,
+        SinkKind::Postgres,
+        SinkKind::Mysql,
+        SinkKind::Elasticsearch,
+    ];
+    let mut read = SinkSettings::common_keys();
+    if !BALANCED_KINDS.contains(&kind) {
+        read.retain(|k| !BALANCED_KEYS.contains(&k.as_str()));
+    }
+    read.extend(SinkBackend::keys(kind));
+    let others: Vec<String> = all
+        .into_iter()
+        .filter(|k| *k != kind)
+        .flat_map(SinkBackend::keys)
+        .chain(BALANCED_KEYS.iter().map(|k| k.to_string()))
+        .collect();
+    refuse_keys(figment, "sink", &format!("{kind:?}"), &read, &others, p);
+}
+
+/// A kind reads only its own keys (`read`): one another kind reads (`others`) is refused
+/// as not applying, one no kind reads as unknown.
+fn refuse_keys(
+    figment: &Figment,
+    section: &str,
+    kind: &str,
+    read: &[String],
+    others: &[String],
+    p: &mut Problems,
+) {
+    let kind = kind.to_ascii_lowercase();
+    for name in set_keys(figment, section) {
         if name == "kind" || read.contains(&name) {
             continue;
         }
-        let key = format!("source.{name}");
+        let key = format!("{section}.{name}");
         if others.contains(&name) {
-            p.push(refusal(key, &format!("{kind:?}")));
+            p.push(refusal(key, &kind));
         } else {
-            let kind = format!("{kind:?}").to_ascii_lowercase();
             p.add(
                 key,
                 format!("unknown key (kind = \"{kind}\" reads {})", read.join(", ")),
@@ -111,20 +84,9 @@ fn set_keys(figment: &Figment, section: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn is_set(figment: &Figment, section: &str, name: &str) -> bool {
-    figment
-        .find_value(section)
-        .ok()
-        .and_then(|v| v.into_dict())
-        .is_some_and(|d| d.contains_key(name))
-}
-
 fn refusal(key: impl Into<std::borrow::Cow<'static, str>>, kind: &str) -> ConfigError {
     ConfigError::invalid(
         key,
-        format!(
-            "does not apply to kind = \"{}\" (unknown key for this kind)",
-            kind.to_ascii_lowercase()
-        ),
+        format!("does not apply to kind = \"{kind}\" (unknown key for this kind)"),
     )
 }

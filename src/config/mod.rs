@@ -9,14 +9,9 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub mod aperture;
 mod backoffs;
-mod balance;
 mod concurrency;
-pub mod discovery;
 mod environment;
-pub mod health;
-mod http_sink;
 pub mod kinds;
 mod leases;
 pub mod origin;
@@ -25,31 +20,31 @@ mod retry;
 pub mod schema;
 mod secrets;
 mod shutdown;
-mod sink;
 mod telemetry;
 mod throttle;
 
+pub use crate::health::settings::HealthConfig;
 pub use crate::settings::bounds::{
     LEAST_RATE, MOST_BATCH, MOST_IN_FLIGHT, MOST_RECORD_BYTES, MOST_WINDOW,
 };
 #[cfg(test)]
 pub use crate::settings::only_key;
 pub use crate::settings::{ConfigError, Problems};
+pub use crate::sink::balanced::settings::{BalanceConfig, EndpointConfig};
+pub use crate::sink::dead_letters::settings::DeadLetterConfig;
+pub use crate::sink::http::settings::{HttpFormat, HttpSettings};
+pub use crate::sink::settings::{SinkBackend, SinkKind, SinkSettings};
 pub use crate::source::kafka::settings::PropertyValue;
 pub use crate::source::settings::{SourceKind, SourceSettings};
 use crate::source::{Extent, Opening};
 pub use backoffs::Backoffs;
-pub use balance::{BalanceConfig, EndpointConfig};
 pub use concurrency::{ConcurrencyAlgorithm, ConcurrencyConfig};
 use environment::{kafka_properties_from_env, unknown_variables};
-pub use health::HealthConfig;
-pub use http_sink::{DeadLetterConfig, HttpFormat};
 pub use leases::LeasesConfig;
 pub use rate::RateConfig;
 pub use retry::RetryConfig;
 pub use secrets::RedactConfig;
 pub use shutdown::ShutdownConfig;
-pub use sink::{SinkConfig, SinkKind};
 pub use telemetry::TelemetryConfig;
 pub use throttle::ThrottleConfig;
 
@@ -59,7 +54,7 @@ pub use origin::ConfigOrigin;
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub source: SourceSettings,
-    pub sink: SinkConfig,
+    pub sink: SinkSettings,
     #[serde(default)]
     pub rate: RateConfig,
     #[serde(default)]
@@ -100,6 +95,16 @@ impl Config {
             direct,
             held: (per_tick as usize).min(self.sink.max_batch) * (self.concurrency.max + 1),
             reconnect: self.backoffs().reconnect,
+        }
+    }
+
+    /// How the sink is opened: a pool as large as the writes in flight, HTTP waits capped
+    /// at `retry.max_delay`, and the outage backoff.
+    pub fn sink_opening(&self) -> crate::sink::Opening {
+        crate::sink::Opening {
+            most_in_flight: self.concurrency.max,
+            longest_wait: self.retry.max_delay,
+            outage: self.backoffs().outage,
         }
     }
 
@@ -171,9 +176,10 @@ impl Config {
         }
         // `[source]` is a file unless its `kind` says otherwise.
         figment = figment.join(Serialized::default("source.kind", SourceKind::File));
-        // The chosen kind's keys are read on their own first: an error then names its key
+        // The chosen kinds' keys are read on their own first: an error then names its key
         // (`source.assignment_timeout`), which a read through the tagged table cannot.
         extract_source(&figment)?;
+        extract_sink_backend(&figment)?;
         let mut config: Config = figment.extract().map_err(describe_figment_error)?;
         config.rate_set = figment.find_value("rate.records_per_second").is_ok();
         let mut problems = Problems::default();
@@ -188,7 +194,7 @@ impl Config {
         if let Some(tls) = config.source.tls() {
             tls.warn_if_insecure(&crate::tls::SOURCE_KEYS, "the source");
         }
-        if let Some(tls) = &config.sink.tls {
+        if let Some(tls) = config.sink.tls() {
             tls.warn_if_insecure(&crate::tls::SINK_KEYS, "the sink");
         }
         let property = |name: &str| {
@@ -234,6 +240,20 @@ fn extract_source(figment: &Figment) -> Result<SourceSettings, ConfigError> {
         SourceKind::File => source.extract().map(SourceSettings::File),
         SourceKind::Amqp => source.extract().map(SourceSettings::Amqp),
         SourceKind::Kafka => source.extract().map(SourceSettings::Kafka),
+    }
+    .map_err(described)
+}
+
+/// The keys of `[sink]` that its kind alone reads.
+fn extract_sink_backend(figment: &Figment) -> Result<SinkBackend, ConfigError> {
+    let sink = figment.focus("sink");
+    let described = |e| describe_error_within("sink", e);
+    match sink.extract_inner::<SinkKind>("kind").map_err(described)? {
+        SinkKind::Sqlite => Ok(SinkBackend::Sqlite),
+        SinkKind::Http => sink.extract().map(SinkBackend::Http),
+        SinkKind::Postgres => sink.extract().map(SinkBackend::Postgres),
+        SinkKind::Mysql => sink.extract().map(SinkBackend::Mysql),
+        SinkKind::Elasticsearch => sink.extract().map(SinkBackend::Elasticsearch),
     }
     .map_err(described)
 }

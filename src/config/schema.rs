@@ -2,13 +2,10 @@
 //! serde types that read it, so an editor (Taplo, Even Better TOML) completes and checks
 //! `sluice.toml` with the keys, defaults and doc comments sluice itself uses.
 //!
-//! Two settings types live in `control/`, which knows nothing of the schema (the
-//! balancer's strategy and aperture mode); their shape is written out here once, and the
-//! tests below hold each copy to the type it describes.
+//! Every type derives its schema beside its definition; the two of `control/`, which
+//! knows nothing of the schema, are described in `sink::balanced::schema`.
 
-use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
-use serde::Deserialize;
 
 use super::Config;
 pub use crate::settings::HumanDuration;
@@ -25,38 +22,59 @@ pub fn json() -> serde_json::Value {
     );
     let mut value = schema.to_value();
     single_enums(&mut value);
-    closed_kinds(&mut value, "SourceSettings", "file");
+    closed_kinds(&mut value, "SourceSettings", Some("file"));
+    closed_kinds(&mut value, "SinkSettings", None);
     value
 }
 
-/// A table whose `kind` picks its keys (`[source]`) is derived as one `allOf` reference
-/// per kind beside the `kind` property, which no editor can close against unknown keys.
-/// Each kind becomes one closed object with its own keys and `kind`; `kind` may be left
-/// out for `default_kind`, as the loader reads it.
-fn closed_kinds(schema: &mut serde_json::Value, name: &str, default_kind: &str) {
+/// A table whose `kind` picks its keys (`[source]`, `[sink]`) is derived as the keys
+/// every kind reads beside one `allOf` reference per kind, which no editor can close
+/// against unknown keys. Each kind becomes one closed object with the common keys, its own
+/// and `kind`; `kind` may be left out for `default_kind`, as the loader reads it. `kind`
+/// tells them apart, so they are `anyOf`: a fragment without it (a README example) still
+/// matches every kind whose keys it uses.
+fn closed_kinds(schema: &mut serde_json::Value, name: &str, default_kind: Option<&str>) {
     use serde_json::{Value, json};
     let definitions = schema["definitions"].clone();
-    let Some(kinds) = schema["definitions"][name]["oneOf"].as_array_mut() else {
+    let table = &mut schema["definitions"][name];
+    let common = table
+        .as_object_mut()
+        .and_then(|t| t.remove("properties"))
+        .unwrap_or_else(|| json!({}));
+    let common_required = table
+        .as_object_mut()
+        .and_then(|t| t.remove("required"))
+        .unwrap_or_else(|| json!([]));
+    let Some(kinds) = table
+        .as_object_mut()
+        .and_then(|t| t.remove("oneOf"))
+        .map(|k| {
+            table["anyOf"] = k;
+            &mut table["anyOf"]
+        })
+        .and_then(|k| k.as_array_mut())
+    else {
         return;
     };
     for kind in kinds {
-        let reference = kind["allOf"][0]["$ref"].as_str().unwrap_or_default();
-        let Some(own) = reference
-            .strip_prefix("#/definitions/")
-            .map(|r| &definitions[r])
-        else {
-            continue;
-        };
+        let own = kind["allOf"][0]["$ref"]
+            .as_str()
+            .and_then(|r| r.strip_prefix("#/definitions/"))
+            .map_or(Value::Null, |r| definitions[r].clone());
         let tag = kind["properties"]["kind"].clone();
-        let is_default = tag["enum"] == json!([default_kind]);
+        let is_default = default_kind.is_some_and(|d| tag["enum"] == json!([d]));
         let Value::Object(object) = kind else {
             continue;
         };
         object.remove("allOf");
-        let mut properties = own["properties"].clone();
+        let mut properties = common.clone();
+        for (key, value) in own["properties"].as_object().into_iter().flatten() {
+            properties[key] = value.clone();
+        }
         properties["kind"] = tag;
         object.insert("properties".into(), properties);
-        let mut required: Vec<Value> = own["required"].as_array().cloned().unwrap_or_default();
+        let mut required: Vec<Value> = common_required.as_array().cloned().unwrap_or_default();
+        required.extend(own["required"].as_array().cloned().unwrap_or_default());
         if !is_default {
             required.push("kind".into());
         }
@@ -89,74 +107,9 @@ pub fn text() -> String {
     text
 }
 
-// `control/` is pure and knows nothing of the schema, so its two enums that the file
-// names are described here, and a test holds each copy to what the real type reads.
-// Every other type derives its own schema beside its definition.
-
-// `control::balance::balancer::Strategy` as written.
-/// How each write picks one of the sink's endpoints.
-#[derive(Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-#[schemars(rename = "Strategy")]
-pub enum Strategy {
-    /// Each endpoint in turn.
-    RoundRobin,
-    /// The endpoint with the fewest requests in flight.
-    LeastLoaded,
-    /// The less loaded of two endpoints picked at random.
-    P2c,
-    /// The faster of two endpoints picked at random, by peak-EWMA latency (the default).
-    P2cEwma,
-    /// P2C by requests in flight within a subset sized by load (`aperture`).
-    Aperture,
-}
-
-// `control::balance::aperture::Mode` as written.
-/// How the aperture's subset of endpoints is chosen.
-#[derive(Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-#[schemars(rename = "ApertureMode")]
-pub enum ApertureMode {
-    /// The first endpoints of an order of this worker's own (a seeded shuffle): workers
-    /// pick independently, so some endpoints may serve more workers than others.
-    Random,
-    /// An arc of the ring by the worker's index and the number of workers.
-    Deterministic,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
-
-    /// Each value a copy above accepts, the type it describes accepts too.
-    fn both_read<Copy: for<'de> Deserialize<'de>, Real: for<'de> Deserialize<'de>>(v: Value) {
-        assert!(serde_json::from_value::<Copy>(v.clone()).is_ok(), "{v}");
-        assert!(serde_json::from_value::<Real>(v.clone()).is_ok(), "{v}");
-    }
-
-    fn variants<T: JsonSchema>() -> Vec<Value> {
-        let schema = schemars::schema_for!(T).to_value();
-        let mut names = Vec::new();
-        for one in schema["oneOf"].as_array().into_iter().flatten() {
-            names.extend(one["enum"].as_array().into_iter().flatten().cloned());
-            names.extend(one.get("const").cloned());
-        }
-        names.extend(schema["enum"].as_array().into_iter().flatten().cloned());
-        assert!(!names.is_empty(), "{schema}");
-        names
-    }
-
-    #[test]
-    fn the_copies_name_what_the_real_types_read() {
-        use crate::control::balance::{aperture::Mode, balancer::Strategy as Real};
-        for name in variants::<Strategy>() {
-            both_read::<Strategy, Real>(name);
-        }
-        for name in variants::<ApertureMode>() {
-            both_read::<ApertureMode, Mode>(name);
-        }
-    }
 
     #[test]
     fn the_schema_is_draft_7_and_describes_every_section() {

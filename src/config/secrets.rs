@@ -20,9 +20,7 @@ pub struct RedactConfig {
 impl Config {
     /// Fills `*_file` keys from their files (secrets kept out of the config and `ps`).
     pub(super) fn read_secret_files(&mut self) -> Result<(), ConfigError> {
-        if let Some(path) = &self.sink.url_file {
-            self.sink.url = read("sink.url_file", "sink.url", path, &self.sink.url)?;
-        }
+        self.sink.read_secret_files()?;
         self.source.read_secret_files()?;
         if let Some(l) = &mut self.leases
             && let Some(path) = &l.store_file
@@ -53,10 +51,7 @@ impl Config {
         let urls = [
             Some(self.sink.url.as_str()),
             self.leases.as_ref().map(|l| l.store.as_str()),
-            self.sink
-                .dead_letters
-                .as_ref()
-                .and_then(|d| d.url.as_deref()),
+            self.sink.dead_letters().and_then(|d| d.url.as_deref()),
         ];
         for url in urls.into_iter().flatten() {
             register_url_secrets(url);
@@ -72,9 +67,11 @@ impl Config {
         if let Some(token) = &self.telemetry.token {
             register_secret(token);
         }
-        if let Ok(headers) =
-            crate::sink::http::headers::build(&self.sink.headers, |v| std::env::var(v).ok())
-        {
+        let headers = self
+            .sink
+            .headers()
+            .map(|h| crate::sink::http::headers::build(h, |v| std::env::var(v).ok()));
+        if let Some(Ok(headers)) = headers {
             for value in headers.values().filter_map(|v| v.to_str().ok()) {
                 register_secret(value);
                 // "Bearer xyz": the token alone may be printed by someone else.

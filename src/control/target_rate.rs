@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::stats::AtomicF64;
+use crate::atomic_f64::AtomicF64;
 
 /// A shared records-per-second value; clones see the same value.
 #[derive(Debug, Clone)]

@@ -55,7 +55,7 @@ impl Controls {
 
     /// `batch` must be between 1 and the most a batch may hold; None goes back to the config.
     pub fn set_batch(&self, batch: Option<usize>, origin: &str) -> Result<(), String> {
-        let most = crate::config::MOST_BATCH as usize;
+        let most = crate::settings::bounds::MOST_BATCH as usize;
         if let Some(b) = batch
             && !(1..=most).contains(&b)
         {

@@ -5,6 +5,7 @@
 pub mod controls;
 pub mod probe;
 pub mod query;
+pub mod settings;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
@@ -13,11 +14,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::config::health::ProbeConfig;
 use crate::control::health::{ProbeGate, ProbeLimits, ProbeState, Reading, Why};
 use crate::lock::lock;
 use crate::stats::Stats;
 use controls::Controls;
+use settings::ProbeConfig;
 
 /// What the pipeline does at this tick.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +72,7 @@ impl Health {
             .map(|p| Probe {
                 name: p.name().to_string(),
                 unit: match p.builtin {
-                    Some(crate::config::health::Builtin::ReplicaLag) => " s",
+                    Some(settings::Builtin::ReplicaLag) => " s",
                     _ => "",
                 },
                 failing: Mutex::new(None),

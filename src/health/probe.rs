@@ -10,9 +10,9 @@ use tokio::time::MissedTickBehavior;
 
 use super::Health;
 use super::query::{Ask, Conn};
-use crate::config::SinkConfig;
-use crate::config::health::{Database, ProbeConfig};
+use super::settings::{Database, ProbeConfig};
 use crate::control::health::Reading;
+use crate::sink::settings::SinkSettings;
 
 /// Where a probe runs and what it asks.
 #[derive(Debug, Clone)]
@@ -28,7 +28,7 @@ pub struct ProbeTask {
 
 impl ProbeTask {
     /// The probe as configured (validated: its URLs are of a known database).
-    pub fn new(probe: &ProbeConfig, sink: &SinkConfig) -> ProbeTask {
+    pub fn new(probe: &ProbeConfig, sink: &SinkSettings) -> ProbeTask {
         let targets = probe.targets(sink);
         let database = Database::of(&targets[0]).unwrap_or(Database::Postgres);
         ProbeTask {
@@ -106,7 +106,7 @@ fn host(url: &str) -> String {
 /// Starts every configured probe; abort the handles to stop them.
 pub fn spawn_all(
     probes: &[ProbeConfig],
-    sink: &SinkConfig,
+    sink: &SinkSettings,
     health: &Arc<Health>,
 ) -> Vec<JoinHandle<()>> {
     probes

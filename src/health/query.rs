@@ -14,7 +14,7 @@ use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{Connection, Row};
 
-use crate::config::health::{Builtin, Database};
+use super::settings::{Builtin, Database};
 
 const PG_REPLICA_LAG: &str = "SELECT CASE WHEN pg_is_in_recovery() THEN \
        CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0::float8 \

@@ -8,6 +8,11 @@
 //! others are merely unreachable — and an outage otherwise. Endpoints join and leave while
 //! it runs (`sink::discovery`): one that leaves takes no new batch and finishes those it has.
 
+pub mod aperture;
+pub mod metric_names;
+pub mod schema;
+pub mod settings;
+
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -17,12 +22,12 @@ use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use super::{Sink, WriteOutcome};
-use crate::config::BalanceConfig;
 use crate::control::backoff::Backoff;
 use crate::control::balance::balancer::Balancer;
 use crate::control::balance::ring::Coordinate;
 use crate::record::{DeadLetter, Row};
-use crate::telemetry::metrics::{APERTURE_SIZE, ENDPOINT_LATENCY, ENDPOINT_REQUESTS, ENDPOINT_UP};
+use metric_names::{APERTURE_SIZE, ENDPOINT_LATENCY, ENDPOINT_REQUESTS, ENDPOINT_UP};
+use settings::BalanceConfig;
 
 /// How long an endpoint that throttled without saying how long is paused.
 const DEFAULT_PAUSE: Duration = Duration::from_secs(1);

@@ -2,12 +2,18 @@
 //! existing table: every name that reaches SQL is one plain identifier, every value a JSON
 //! pointer, and the key column is not mapped twice.
 
-use crate::config::{Problems, SinkConfig};
+use std::collections::BTreeMap;
+
+use crate::settings::Problems;
 use crate::sink::identifier;
 
-/// Checks the mapping keys of `sink` (the caller has checked that its kind reads them).
-pub fn validate(sink: &SinkConfig, p: &mut Problems) {
-    if let Some(columns) = &sink.columns {
+/// Checks `[sink.columns]` and `sink.key_column` of a sink whose kind reads them.
+pub fn validate(
+    columns: Option<&BTreeMap<String, String>>,
+    key_column: Option<&str>,
+    p: &mut Problems,
+) {
+    if let Some(columns) = columns {
         if columns.is_empty() {
             p.add(
                 "sink.columns",
@@ -28,11 +34,11 @@ pub fn validate(sink: &SinkConfig, p: &mut Problems) {
             }
         }
     }
-    if let Some(key_column) = &sink.key_column {
+    if let Some(key_column) = key_column {
         if let Err(e) = column_name(key_column) {
             p.add("sink.key_column", e);
         }
-        match &sink.columns {
+        match columns {
             None => p.add(
                 "sink.key_column",
                 "only applies with [sink.columns] (a created table's key column is \"key\")",
@@ -48,11 +54,6 @@ pub fn validate(sink: &SinkConfig, p: &mut Problems) {
     }
 }
 
-/// The column that receives the record key.
-pub fn key_column(sink: &SinkConfig) -> &str {
-    sink.key_column.as_deref().unwrap_or("key")
-}
-
 /// A column is one plain identifier (no schema part).
 fn column_name(name: &str) -> Result<(), String> {
     if name.contains('.') {
@@ -64,19 +65,20 @@ fn column_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{SinkKind, only_key};
-    use std::collections::BTreeMap;
+    use crate::settings::only_key;
+    use crate::sink::mysql::settings::MysqlSettings as Mapping;
+    use crate::sink::settings::{SinkBackend, SinkSettings};
 
-    fn sink() -> SinkConfig {
-        SinkConfig {
-            kind: SinkKind::Mysql,
-            table: "records".into(),
-            ..Default::default()
-        }
+    fn sink() -> Mapping {
+        Mapping::default()
     }
 
-    fn key_of(sink: &SinkConfig) -> std::borrow::Cow<'static, str> {
-        only_key(|p| validate(sink, p))
+    fn check(sink: &Mapping, p: &mut Problems) {
+        validate(sink.columns.as_ref(), sink.key_column.as_deref(), p);
+    }
+
+    fn key_of(sink: &Mapping) -> std::borrow::Cow<'static, str> {
+        only_key(|p| check(sink, p))
     }
 
     #[test]
@@ -88,9 +90,10 @@ mod tests {
         ]));
         sink.key_column = Some("order_id".into());
         let mut p = Problems::default();
-        validate(&sink, &mut p);
+        check(&sink, &mut p);
         p.into_result().unwrap();
-        assert_eq!(key_column(&sink), "order_id");
+        let whole = SinkSettings::new("mysql://h/db", SinkBackend::Mysql(sink));
+        assert_eq!(whole.key_column(), "order_id");
     }
 
     #[test]

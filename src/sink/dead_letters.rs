@@ -8,6 +8,7 @@
 //! about the message besides its payload (its key and headers).
 
 pub mod ndjson;
+pub mod settings;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -15,8 +16,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{SinkError, WriteOutcome};
-use crate::config::DeadLetterConfig;
 use crate::record::{DeadLetter, SourceContext};
+use settings::DeadLetterConfig;
 
 #[async_trait]
 pub trait DeadLetterStore: Send + Sync {

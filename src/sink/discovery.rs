@@ -6,6 +6,8 @@
 //! resolve, a file that cannot be read or lists nothing — keeps its last good answer:
 //! a DNS hiccup or a half-written file never empties the worker's endpoint list.
 
+pub mod settings;
+
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -18,8 +20,9 @@ use tokio::time::MissedTickBehavior;
 
 use super::SinkError;
 use super::balanced::BalancedSink;
-use crate::config::discovery::DNS_PREFIX;
-use crate::config::{Config, EndpointConfig, SinkConfig};
+use crate::sink::balanced::settings::EndpointConfig;
+use crate::sink::settings::SinkSettings;
+use settings::DNS_PREFIX;
 
 /// An endpoint the sources name now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +50,7 @@ pub struct Discovery {
 }
 
 impl Discovery {
-    pub fn new(sink: &SinkConfig) -> Result<Self, SinkError> {
+    pub fn new(sink: &SinkSettings) -> Result<Self, SinkError> {
         let mut fixed = Vec::new();
         let mut names = Vec::new();
         for e in &sink.urls {
@@ -125,9 +128,14 @@ impl Discovery {
     }
 
     /// Looks again every `interval` while the sink lives, and applies what changed.
-    pub fn spawn(mut self, sink: Weak<BalancedSink>, config: Config) -> JoinHandle<()> {
+    pub fn spawn(
+        mut self,
+        sink: Weak<BalancedSink>,
+        settings: SinkSettings,
+        opening: super::Opening,
+    ) -> JoinHandle<()> {
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(config.sink.discovery.interval);
+            let mut tick = tokio::time::interval(settings.discovery.interval);
             tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
@@ -136,14 +144,19 @@ impl Discovery {
                 let Some(sink) = sink.upgrade() else {
                     return;
                 };
-                apply(&sink, &config, wanted).await;
+                apply(&sink, &settings, &opening, wanted).await;
             }
         })
     }
 }
 
 /// Opens the endpoints that joined and lets those that left drain.
-pub async fn apply(sink: &Arc<BalancedSink>, config: &Config, wanted: Vec<Wanted>) {
+pub async fn apply(
+    sink: &Arc<BalancedSink>,
+    settings: &SinkSettings,
+    opening: &super::Opening,
+    wanted: Vec<Wanted>,
+) {
     let current: HashSet<String> = sink.keys().into_iter().collect();
     let urls: HashSet<&str> = wanted.iter().map(|w| w.url.as_str()).collect();
     for key in current.iter().filter(|k| !urls.contains(k.as_str())) {
@@ -154,7 +167,7 @@ pub async fn apply(sink: &Arc<BalancedSink>, config: &Config, wanted: Vec<Wanted
         sink.remove(key);
     }
     for w in wanted.iter().filter(|w| !current.contains(&w.url)) {
-        match super::open_endpoint(config, w).await {
+        match super::open_endpoint(settings, opening, w).await {
             Ok(endpoint) => {
                 tracing::info!(endpoint = %endpoint.name, "endpoint joined");
                 sink.add(endpoint);
@@ -272,13 +285,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("endpoints");
         std::fs::write(&path, "http://10.0.0.1:1/a\nhttp://10.0.0.2:1/a\n").unwrap();
-        let sink = SinkConfig {
+        let sink = SinkSettings {
             urls: vec![EndpointConfig::Url("http://10.0.0.9:1/a".into())],
-            discovery: crate::config::discovery::DiscoveryConfig {
+            discovery: settings::DiscoveryConfig {
                 file: Some(path.clone()),
                 ..Default::default()
             },
-            ..SinkConfig::default()
+            ..SinkSettings::default()
         };
         let mut d = Discovery::new(&sink).unwrap();
         let urls = |w: Vec<Wanted>| w.into_iter().map(|w| w.url).collect::<Vec<_>>();

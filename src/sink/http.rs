@@ -11,6 +11,7 @@ pub mod contract;
 pub mod envelope;
 pub mod headers;
 pub mod response;
+pub mod settings;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -22,9 +23,10 @@ use http::header::CONTENT_TYPE;
 use super::dead_letters::{self, DeadLetterStore};
 use super::elasticsearch::settings::{self as es, BulkOp};
 use super::{ItemOutcome, Sink, SinkError, WriteOutcome};
-use crate::config::{HttpFormat, SinkConfig, SinkKind};
 use crate::record::{DeadLetter, Row};
+use crate::sink::settings::{SinkBackend, SinkSettings};
 use contract::ResponseContract;
+use settings::HttpFormat;
 
 /// Most of a response body read: plenty for counts or an error message.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
@@ -67,28 +69,44 @@ pub struct HttpSink {
 impl HttpSink {
     /// Builds the client (headers read from the environment now) and opens the dead-letter
     /// store. `max_delay` caps the waits the endpoint asks for.
-    pub async fn open(config: &SinkConfig, max_delay: Duration) -> Result<Self, SinkError> {
+    pub async fn open(config: &SinkSettings, max_delay: Duration) -> Result<Self, SinkError> {
         let fail = |message: String| SinkError {
             url: config.url.clone(),
             message,
             not_now: false,
         };
-        let headers = headers::build(&config.headers, |var| std::env::var(var).ok())
+        let (headers, timeout, tls, store, bulk) = match &config.backend {
+            SinkBackend::Http(s) => (&s.headers, s.timeout, &s.tls, &s.dead_letters, None),
+            SinkBackend::Elasticsearch(s) => (
+                &s.headers,
+                s.timeout,
+                &s.tls,
+                &s.dead_letters,
+                s.elasticsearch.as_ref(),
+            ),
+            other => {
+                return Err(fail(format!(
+                    "kind = {:?} is not written over HTTP",
+                    other.kind()
+                )));
+            }
+        };
+        let headers = headers::build(headers, |var| std::env::var(var).ok())
             .map_err(|e| fail(e.to_string()))?;
         let builder = reqwest::Client::builder()
             .default_headers(headers)
-            .timeout(config.timeout)
-            .connect_timeout(config.timeout)
+            .timeout(timeout)
+            .connect_timeout(timeout)
             .redirect(redirect_policy());
-        let tls = config.tls.clone().unwrap_or_default();
+        let tls = tls.clone().unwrap_or_default();
         let client = tls
             .apply_to_reqwest(builder)
             .map_err(fail)?
             .build()
             .map_err(|e| fail(error_chain(e)))?;
         let mut url = reqwest::Url::parse(&config.url).map_err(|e| fail(e.to_string()))?;
-        let protocol = match (config.kind, &config.elasticsearch) {
-            (SinkKind::Elasticsearch, Some(settings)) => {
+        let protocol = match (bulk, config.http()) {
+            (Some(settings), _) => {
                 if !url.path().ends_with("/_bulk") {
                     url.path_segments_mut()
                         .map_err(|()| fail("the URL cannot take a path".into()))?
@@ -100,14 +118,13 @@ impl HttpSink {
                     op: settings.op,
                 }
             }
-            _ => Protocol::Envelope {
-                format: config.format,
-                contract: config.response.clone(),
+            (None, http) => Protocol::Envelope {
+                format: http.map(|h| h.format).unwrap_or_default(),
+                contract: http.and_then(|h| h.response.clone()),
             },
         };
         let shown_url = crate::redact::redact(url.as_str());
-        let store = config
-            .dead_letters
+        let store = store
             .as_ref()
             .ok_or_else(|| fail("sink.dead_letters is required for an http sink".into()))?;
         let dead_letters = dead_letters::open(store, &dead_letter_target(&url)).await?;
@@ -117,7 +134,7 @@ impl HttpSink {
             shown_url,
             protocol,
             max_delay,
-            timeout: config.timeout,
+            timeout,
             dead_letters,
             outage: Mutex::new(None),
         })

@@ -12,6 +12,7 @@ pub mod identifier;
 pub mod mysql;
 pub mod postgres;
 pub mod private_file;
+pub mod settings;
 pub mod sqlite;
 pub mod upsert;
 
@@ -20,10 +21,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::config::{Config, SinkKind};
+use crate::control::backoff::Backoff;
 use crate::control::sink_limit::Unit;
 use crate::record::{DeadLetter, Row};
 use crate::shutdown::Shutdown;
+use settings::{SinkBackend, SinkSettings};
 
 /// How one write went.
 #[derive(Debug, Clone, PartialEq)]
@@ -189,13 +191,14 @@ pub struct SinkError {
 /// out — with backoff capped at `throttle.max_pause`. `None` when shutdown
 /// was requested first: nothing was pulled, so nothing is lost.
 pub async fn open_when_ready(
-    config: &Config,
+    settings: &SinkSettings,
+    opening: &Opening,
     shutdown: &mut Shutdown,
 ) -> Result<Option<Arc<dyn Sink>>, SinkError> {
-    let backoff = config.backoffs().outage;
+    let backoff = &opening.outage;
     let mut attempt = 0;
     loop {
-        match open(config).await {
+        match open(settings, opening).await {
             Ok(sink) => return Ok(Some(sink)),
             Err(e) if e.not_now => {
                 attempt += 1;
@@ -211,13 +214,25 @@ pub async fn open_when_ready(
     }
 }
 
-/// Opens the sink the configuration names and creates its tables if missing.
-pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
-    if config.sink.urls.is_empty() && config.sink.discovery.file.is_none() {
-        return open_one(config).await;
+/// How a sink is opened, besides its settings: what the rest of the configuration asks
+/// of it.
+#[derive(Debug, Clone)]
+pub struct Opening {
+    /// The most writes in flight (`concurrency.max`): a database pool holds one more
+    /// connection than that, unless `max_connections` says otherwise.
+    pub most_in_flight: usize,
+    /// The longest wait an HTTP endpoint may ask for (`retry.max_delay`).
+    pub longest_wait: Duration,
+    /// While the sink is out: between attempts to open it, and to probe a down endpoint.
+    pub outage: Backoff,
+}
+
+/// Opens the sink `settings` describe and creates its tables if missing.
+pub async fn open(settings: &SinkSettings, opening: &Opening) -> Result<Arc<dyn Sink>, SinkError> {
+    if settings.urls.is_empty() && settings.discovery.file.is_none() {
+        return open_one(settings, opening).await;
     }
-    let coordinate = config
-        .sink
+    let coordinate = settings
         .balance
         .aperture
         .coordinate(&|v| std::env::var(v).ok())
@@ -226,7 +241,7 @@ pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
             message: e.to_string(),
             not_now: false,
         })?;
-    let mut discovery = discovery::Discovery::new(&config.sink)?;
+    let mut discovery = discovery::Discovery::new(settings)?;
     let wanted = discovery.resolve().await;
     if wanted.is_empty() {
         return Err(SinkError {
@@ -237,16 +252,16 @@ pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
     }
     let mut endpoints = Vec::with_capacity(wanted.len());
     for w in &wanted {
-        endpoints.push(open_endpoint(config, w).await?);
+        endpoints.push(open_endpoint(settings, opening, w).await?);
     }
     let sink = Arc::new(balanced::BalancedSink::new(
         endpoints,
-        &config.sink.balance,
+        &settings.balance,
         coordinate,
-        config.backoffs().outage,
+        opening.outage.clone(),
     ));
     if discovery.is_dynamic() {
-        discovery.spawn(Arc::downgrade(&sink), config.clone());
+        discovery.spawn(Arc::downgrade(&sink), settings.clone(), opening.clone());
     }
     Ok(sink)
 }
@@ -254,15 +269,16 @@ pub async fn open(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
 /// One endpoint of a balanced sink: the sink configured, at `wanted`'s URL. Labelled by
 /// name or host:port (metrics are unauthenticated).
 async fn open_endpoint(
-    config: &Config,
+    settings: &SinkSettings,
+    opening: &Opening,
     wanted: &discovery::Wanted,
 ) -> Result<balanced::Endpoint, SinkError> {
-    let mut one = config.clone();
-    one.sink.url = wanted.url.clone();
-    one.sink.urls.clear();
-    one.sink.discovery = Default::default();
+    let mut one = settings.clone();
+    one.url = wanted.url.clone();
+    one.urls.clear();
+    one.discovery = Default::default();
     Ok(balanced::Endpoint {
-        sink: open_one(&one).await?,
+        sink: open_one(&one, opening).await?,
         key: wanted.url.clone(),
         name: wanted
             .name
@@ -272,14 +288,16 @@ async fn open_endpoint(
     })
 }
 
-async fn open_one(config: &Config) -> Result<Arc<dyn Sink>, SinkError> {
-    match config.sink.kind {
-        SinkKind::Sqlite => Ok(Arc::new(sqlite::SqliteSink::open(&config.sink).await?)),
-        SinkKind::Http | SinkKind::Elasticsearch => Ok(Arc::new(
-            http::HttpSink::open(&config.sink, config.retry.max_delay).await?,
+async fn open_one(settings: &SinkSettings, opening: &Opening) -> Result<Arc<dyn Sink>, SinkError> {
+    match &settings.backend {
+        SinkBackend::Sqlite => Ok(Arc::new(sqlite::SqliteSink::open(settings).await?)),
+        SinkBackend::Http(_) | SinkBackend::Elasticsearch(_) => Ok(Arc::new(
+            http::HttpSink::open(settings, opening.longest_wait).await?,
         )),
-        SinkKind::Postgres => Ok(Arc::new(postgres::PostgresSink::open(config).await?)),
-        SinkKind::Mysql => Ok(Arc::new(mysql::MysqlSink::open(config).await?)),
+        SinkBackend::Postgres(_) => Ok(Arc::new(
+            postgres::PostgresSink::open(settings, opening).await?,
+        )),
+        SinkBackend::Mysql(_) => Ok(Arc::new(mysql::MysqlSink::open(settings, opening).await?)),
     }
 }
 

@@ -15,8 +15,8 @@ use super::dead_letters::DeadLetterStore;
 use super::dead_letters::sqlite::SqliteDeadLetters;
 use super::identifier::quote;
 use super::{Sink, SinkError, WriteOutcome};
-use crate::config::SinkConfig;
 use crate::record::{DeadLetter, Row};
+use crate::sink::settings::SinkSettings;
 
 /// SQLite allows 32,766 bound parameters per statement; three per row.
 pub(crate) const ROWS_PER_STATEMENT: usize = 10_000;
@@ -46,7 +46,7 @@ pub(crate) async fn connect(url: &str) -> Result<SqlitePool, sqlx::Error> {
 }
 
 impl SqliteSink {
-    pub async fn open(config: &SinkConfig) -> Result<Self, SinkError> {
+    pub async fn open(config: &SinkSettings) -> Result<Self, SinkError> {
         let fail = |e: &dyn std::fmt::Display| SinkError {
             url: config.url.clone(),
             message: e.to_string(),

@@ -7,7 +7,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{Problems, SinkConfig, SinkKind, SourceKind};
+pub use crate::record::{Version, VersionKind};
+use crate::settings::Problems;
+use crate::sink::settings::{SinkKind, SinkSettings};
+use crate::source::settings::SourceKind;
 
 /// `[sink] mode`: what a key that is already there means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
@@ -25,41 +28,6 @@ pub const MESSAGE_KEY: &str = "@key";
 
 /// `sink.version` naming the record's source position (the default in upsert mode).
 pub const SOURCE_VERSION: &str = "source";
-
-/// What a version is; versions of different kinds are never compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VersionKind {
-    /// The Kafka offset: orders the versions of a key within its partition.
-    Source,
-    /// A JSON number in the value.
-    Number,
-    /// An RFC 3339 timestamp in the value, stored as nanoseconds since the epoch.
-    Time,
-}
-
-impl VersionKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            VersionKind::Source => "source",
-            VersionKind::Number => "number",
-            VersionKind::Time => "timestamp",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        [VersionKind::Source, VersionKind::Number, VersionKind::Time]
-            .into_iter()
-            .find(|k| k.name() == name)
-    }
-}
-
-/// A record's version, as the sink stores and compares it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Version {
-    pub kind: VersionKind,
-    /// Exact decimal text, for a `numeric` column (a timestamp as epoch nanoseconds).
-    pub numeric: String,
-}
 
 /// Where a record's version comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,7 +48,7 @@ pub struct Upsert {
 
 impl Upsert {
     /// The settings when `sink.mode = "upsert"`, else `None`.
-    pub fn from_config(sink: &SinkConfig) -> Option<Self> {
+    pub fn from_config(sink: &SinkSettings) -> Option<Self> {
         (sink.mode == SinkMode::Upsert).then(|| Upsert {
             version: match sink.version.as_deref() {
                 None | Some(SOURCE_VERSION) => VersionFrom::Source,
@@ -141,14 +109,17 @@ pub fn parse_version(value: &Value) -> Result<Version, &'static str> {
 }
 
 /// Checks the upsert keys while the configuration loads.
-pub fn validate(sink: &SinkConfig, source: SourceKind, p: &mut Problems) {
+pub fn validate(sink: &SinkSettings, source: SourceKind, p: &mut Problems) {
+    let postgres = sink.postgres();
+    let version_column = postgres.and_then(|s| s.version_column.as_ref());
+    let deleted_column = postgres.and_then(|s| s.deleted_column.as_ref());
     if sink.mode != SinkMode::Upsert {
         for (set, key) in [
             (sink.version.is_some(), "sink.version"),
             (sink.delete_on_tombstone, "sink.delete_on_tombstone"),
             (sink.delete_flag.is_some(), "sink.delete_flag"),
-            (sink.version_column.is_some(), "sink.version_column"),
-            (sink.deleted_column.is_some(), "sink.deleted_column"),
+            (version_column.is_some(), "sink.version_column"),
+            (deleted_column.is_some(), "sink.deleted_column"),
         ] {
             if set {
                 p.add(key, "only applies with sink.mode = \"upsert\"");
@@ -162,7 +133,7 @@ pub fn validate(sink: &SinkConfig, source: SourceKind, p: &mut Problems) {
         }
         return;
     }
-    match sink.kind {
+    match sink.kind() {
         SinkKind::Postgres => {}
         SinkKind::Mysql => p.add(
             "sink.mode",
@@ -231,10 +202,10 @@ pub fn validate(sink: &SinkConfig, source: SourceKind, p: &mut Problems) {
             format!("{flag:?} is not a JSON pointer (\"/__deleted\")"),
         );
     }
-    if sink.columns.is_none() {
+    if sink.columns().is_none() {
         for (set, key) in [
-            (sink.version_column.is_some(), "sink.version_column"),
-            (sink.deleted_column.is_some(), "sink.deleted_column"),
+            (version_column.is_some(), "sink.version_column"),
+            (deleted_column.is_some(), "sink.deleted_column"),
         ] {
             if set {
                 p.add(
@@ -249,21 +220,21 @@ pub fn validate(sink: &SinkConfig, source: SourceKind, p: &mut Problems) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::only_key;
+    use crate::settings::only_key;
+    use crate::sink::postgres::settings::PostgresSettings;
+    use crate::sink::settings::SinkBackend;
     use serde_json::json;
 
-    fn upsert() -> SinkConfig {
-        SinkConfig {
-            kind: SinkKind::Postgres,
-            url: "postgresql://postgres@127.0.0.1/db".into(),
-            table: "records".into(),
+    fn upsert() -> SinkSettings {
+        let own = SinkBackend::Postgres(PostgresSettings::default());
+        SinkSettings {
             key: Some("/id".into()),
             mode: SinkMode::Upsert,
-            ..Default::default()
+            ..SinkSettings::new("postgresql://postgres@127.0.0.1/db", own)
         }
     }
 
-    fn key_of(sink: &SinkConfig, source: SourceKind) -> std::borrow::Cow<'static, str> {
+    fn key_of(sink: &SinkSettings, source: SourceKind) -> std::borrow::Cow<'static, str> {
         only_key(|p| validate(sink, source, p))
     }
 
@@ -325,7 +296,7 @@ mod tests {
         validate(&upsert(), SourceKind::Kafka, &mut p);
         p.into_result().unwrap();
         let mut sink = upsert();
-        sink.kind = SinkKind::Mysql;
+        sink.backend = SinkBackend::Mysql(Default::default());
         sink.url = "mysql://h/d".into();
         assert_eq!(key_of(&sink, SourceKind::Kafka), "sink.mode");
         assert_eq!(key_of(&upsert(), SourceKind::File), "sink.version");

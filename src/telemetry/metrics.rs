@@ -14,10 +14,9 @@ use crate::stats::Stats;
 pub const WRITE_SECONDS: &str = "sluice_sink_write_duration_seconds";
 pub const REQUESTS: &str = "sluice_sink_requests_total";
 pub const ITEMS: &str = "sluice_sink_items_total";
-pub const ENDPOINT_REQUESTS: &str = "sluice_endpoint_requests_total";
-pub const ENDPOINT_LATENCY: &str = "sluice_endpoint_latency_seconds";
-pub const ENDPOINT_UP: &str = "sluice_endpoint_up";
-pub const APERTURE_SIZE: &str = "sluice_aperture_size";
+pub use crate::sink::balanced::metric_names::{
+    APERTURE_SIZE, ENDPOINT_LATENCY, ENDPOINT_REQUESTS, ENDPOINT_UP,
+};
 
 /// The process-wide recorder; installed once, on first use.
 pub fn handle() -> &'static PrometheusHandle {

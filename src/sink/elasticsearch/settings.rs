@@ -13,7 +13,48 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigError, SinkConfig, SinkKind};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::settings::{ConfigError, HumanDuration, Problems};
+use crate::sink::dead_letters::settings::DeadLetterConfig;
+use crate::sink::http::settings::{Transport, validate_transport};
+use crate::sink::settings::{SinkSettings, default_timeout};
+use crate::tls::TlsConfig;
+
+/// `[sink]` with `kind = "elasticsearch"`: the connection's keys, as an HTTP sink reads
+/// them, and `[sink.elasticsearch]`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
+pub struct ElasticsearchSink {
+    /// Extra request headers; `${VAR}` in a value is read from the environment.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// A private CA, a client certificate.
+    pub tls: Option<TlsConfig>,
+    /// The longest one request may take before it counts as a transient failure.
+    #[schemars(with = "HumanDuration")]
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Where records the cluster rejects go (required).
+    pub dead_letters: Option<DeadLetterConfig>,
+    /// The index and the bulk action (required).
+    pub elasticsearch: Option<ElasticsearchSettings>,
+}
+
+impl ElasticsearchSink {
+    pub(crate) fn validate(&self, sink: &SinkSettings, p: &mut Problems) {
+        validate_transport(
+            sink,
+            &Transport {
+                headers: &self.headers,
+                timeout: self.timeout,
+                dead_letters: self.dead_letters.as_ref(),
+            },
+            p,
+        );
+        p.check(validate(self.elasticsearch.as_ref()));
+    }
+}
 
 /// The index records are written to, and the bulk action each is sent with.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
@@ -87,24 +128,14 @@ pub fn parse_index(index: &str) -> Result<Vec<Part>, String> {
     Ok(parts)
 }
 
-/// Checks `[sink.elasticsearch]`: present exactly for `kind = "elasticsearch"`, with an
-/// index name that can be built.
-pub fn validate(sink: &SinkConfig) -> Result<(), ConfigError> {
-    let Some(settings) = &sink.elasticsearch else {
-        if sink.kind == SinkKind::Elasticsearch {
-            return Err(ConfigError::invalid(
-                "sink.elasticsearch.index",
-                "required for kind = \"elasticsearch\" (e.g. index = \"orders\")",
-            ));
-        }
-        return Ok(());
-    };
-    if sink.kind != SinkKind::Elasticsearch {
+/// Checks `[sink.elasticsearch]`: present, with an index name that can be built.
+fn validate(settings: Option<&ElasticsearchSettings>) -> Result<(), ConfigError> {
+    let Some(settings) = settings else {
         return Err(ConfigError::invalid(
-            "sink.elasticsearch",
-            "only kind = \"elasticsearch\" uses it",
+            "sink.elasticsearch.index",
+            "required for kind = \"elasticsearch\" (e.g. index = \"orders\")",
         ));
-    }
+    };
     if settings.index.trim().is_empty() {
         return Err(ConfigError::invalid(
             "sink.elasticsearch.index",
@@ -164,25 +195,19 @@ mod tests {
         assert!(parse_index("logs-}").unwrap_err().contains("opening"));
     }
 
-    fn sink(kind: SinkKind, index: Option<&str>) -> SinkConfig {
-        SinkConfig {
-            kind,
-            elasticsearch: index.map(|index| ElasticsearchSettings {
-                index: index.into(),
-                op: BulkOp::Create,
-            }),
-            ..Default::default()
-        }
+    fn sink(index: Option<&str>) -> Option<ElasticsearchSettings> {
+        index.map(|index| ElasticsearchSettings {
+            index: index.into(),
+            op: BulkOp::Create,
+        })
     }
 
     #[test]
     fn validation_names_the_key() {
-        let err = |s: SinkConfig| validate(&s).unwrap_err().to_string();
-        assert!(err(sink(SinkKind::Elasticsearch, None)).contains("sink.elasticsearch.index"));
-        assert!(err(sink(SinkKind::Http, Some("x"))).contains("sink.elasticsearch"));
-        assert!(err(sink(SinkKind::Elasticsearch, Some("Orders"))).contains("'O'"));
-        assert!(err(sink(SinkKind::Elasticsearch, Some(" "))).contains("must not be empty"));
-        assert!(validate(&sink(SinkKind::Elasticsearch, Some("logs-{/Day}"))).is_ok());
-        assert!(validate(&sink(SinkKind::Sqlite, None)).is_ok());
+        let err = |s: Option<ElasticsearchSettings>| validate(s.as_ref()).unwrap_err().to_string();
+        assert!(err(sink(None)).contains("sink.elasticsearch.index"));
+        assert!(err(sink(Some("Orders"))).contains("'O'"));
+        assert!(err(sink(Some(" "))).contains("must not be empty"));
+        assert!(validate(sink(Some("logs-{/Day}")).as_ref()).is_ok());
     }
 }

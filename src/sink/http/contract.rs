@@ -29,8 +29,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{ConfigError, SinkConfig, SinkKind};
 use crate::record::Row;
+use crate::settings::ConfigError;
 use crate::sink::ItemOutcome;
 
 /// How a 2xx answer says which records were taken, for a sink that takes part of a batch.
@@ -223,18 +223,11 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
-/// Checks `[sink.response]`: only for `kind = "http"`, pointers that are pointers, and no
-/// code in two lists.
-pub fn validate(sink: &SinkConfig) -> Result<(), ConfigError> {
-    let Some(c) = &sink.response else {
+/// Checks `[sink.response]`: pointers that are pointers, and no code in two lists.
+pub fn validate(contract: Option<&ResponseContract>) -> Result<(), ConfigError> {
+    let Some(c) = contract else {
         return Ok(());
     };
-    if sink.kind != SinkKind::Http {
-        return Err(ConfigError::invalid(
-            "sink.response",
-            "only kind = \"http\" uses it",
-        ));
-    }
     let pointers = [
         ("sink.response.results", Some(&c.results)),
         ("sink.response.id", c.id.as_ref()),
@@ -422,26 +415,14 @@ mod tests {
 
     #[test]
     fn validation_names_the_key() {
-        let sink = |text: &str| SinkConfig {
-            kind: SinkKind::Http,
-            response: Some(contract(text)),
-            ..Default::default()
-        };
-        let err = |text: &str| validate(&sink(text)).unwrap_err().to_string();
+        let sink = |text: &str| Some(contract(text));
+        let err = |text: &str| validate(sink(text).as_ref()).unwrap_err().to_string();
         assert!(err("results = \"Records\"\nstatus = \"/s\"").starts_with("sink.response.results"));
         assert!(err("results = \"/r\"").starts_with("sink.response.status"));
         assert!(
             err("results = \"/r\"\nstatus = \"/s\"\nretry = [429]\nthrottled = [\"429\"]")
                 .contains("also in")
         );
-        assert!(validate(&sink("results = \"/r\"\nid = \"/k\"")).is_ok());
-        let mut es = sink("results = \"/r\"\nid = \"/k\"");
-        es.kind = SinkKind::Elasticsearch;
-        assert!(
-            validate(&es)
-                .unwrap_err()
-                .to_string()
-                .starts_with("sink.response")
-        );
+        assert!(validate(sink("results = \"/r\"\nid = \"/k\"").as_ref()).is_ok());
     }
 }

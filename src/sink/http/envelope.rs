@@ -11,7 +11,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::config::HttpFormat;
+use super::settings::HttpFormat;
 use crate::record::Row;
 
 pub fn content_type(format: HttpFormat) -> &'static str {

@@ -1,6 +1,7 @@
+use super::settings::HttpSettings;
 use super::*;
-use crate::config::{DeadLetterConfig, SinkKind};
 use crate::sim_sink::{OutageMode, RetryAfterStyle, SimSink, SimSinkConfig};
+use crate::sink::dead_letters::settings::DeadLetterConfig;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -15,17 +16,20 @@ fn rows(keys: &[&str]) -> Vec<Row> {
         .collect()
 }
 
-fn config(url: String, dir: &std::path::Path) -> SinkConfig {
-    SinkConfig {
-        kind: SinkKind::Http,
-        url,
+fn config(url: String, dir: &std::path::Path) -> SinkSettings {
+    config_with(url, dir, HttpSettings::default())
+}
+
+fn config_with(url: String, dir: &std::path::Path, http: HttpSettings) -> SinkSettings {
+    let http = HttpSettings {
         timeout: Duration::from_millis(300),
         dead_letters: Some(DeadLetterConfig {
             url: None,
             path: Some(dir.join("dead.ndjson")),
         }),
-        ..Default::default()
-    }
+        ..http
+    };
+    SinkSettings::new(url, SinkBackend::Http(http))
 }
 
 async fn sim(burst: u32) -> SimSink {
@@ -144,9 +148,15 @@ async fn sends_configured_headers_an_idempotency_key_and_ndjson() {
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(format!("http://{addr}/in"), dir.path());
-    cfg.format = HttpFormat::Ndjson;
-    cfg.headers = BTreeMap::from([("Authorization".into(), "Bearer t0k$$".into())]);
+    let cfg = config_with(
+        format!("http://{addr}/in"),
+        dir.path(),
+        HttpSettings {
+            format: HttpFormat::Ndjson,
+            headers: BTreeMap::from([("Authorization".into(), "Bearer t0k$$".into())]),
+            ..HttpSettings::default()
+        },
+    );
     let sink = HttpSink::open(&cfg, Duration::from_secs(30)).await.unwrap();
     assert!(matches!(
         sink.write(&rows(&["k1"])).await,

@@ -20,8 +20,8 @@ use self::statement::{DUPLICATES_VARIABLE, Oversized};
 use super::dead_letters::headers_json;
 use super::identifier::backtick;
 use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
-use crate::config::Config;
 use crate::record::{DeadLetter, Row};
+use crate::sink::settings::SinkSettings;
 
 /// How long a write waits for a pooled connection before it counts as an outage.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,8 +48,8 @@ pub struct MysqlSink {
 }
 
 impl MysqlSink {
-    pub async fn open(config: &Config) -> Result<Self, SinkError> {
-        let sink = &config.sink;
+    pub async fn open(sink: &SinkSettings, opening: &super::Opening) -> Result<Self, SinkError> {
+        let own = sink.mysql().cloned().unwrap_or_default();
         let fail = |e: &dyn std::fmt::Display| SinkError {
             url: crate::redact::redact(&sink.url),
             message: crate::redact::redact(&e.to_string()),
@@ -57,7 +57,7 @@ impl MysqlSink {
         };
         let options = settings::connect_options(&sink.url).map_err(|e| fail(&e))?;
         let pool = MySqlPoolOptions::new()
-            .max_connections(config.concurrency.max as u32 + 1)
+            .max_connections(opening.most_in_flight as u32 + 1)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .after_connect(|conn, _| Box::pin(async move { start_session(conn).await }))
             .connect_lazy_with(options);
@@ -71,20 +71,20 @@ impl MysqlSink {
             .map_err(|e| SinkError {
                 not_now: matches!(e, sqlx::Error::Database(_))
                     && matches!(
-                        judge(&e, &sink.throttle_errors),
+                        judge(&e, &own.throttle_errors),
                         WriteOutcome::Unavailable(_) | WriteOutcome::Throttled { .. }
                     ),
                 ..fail(&reason(&e))
             })?;
         let quoted = backtick(&sink.table);
-        let mapping = match &sink.columns {
+        let mapping = match &own.columns {
             None => None,
             Some(columns) => {
                 let columns: Vec<(String, String)> = columns
                     .iter()
                     .map(|(c, p)| (c.clone(), p.clone()))
                     .collect();
-                let key_column = super::columns::key_column(sink);
+                let key_column = sink.key_column();
                 let mapping = mapping::inspect(&mut conn, &sink.table, key_column, &columns)
                     .await
                     .map_err(|e| fail(&e))?;
@@ -121,7 +121,7 @@ impl MysqlSink {
             budget: (packet as usize)
                 .saturating_sub(PACKET_MARGIN)
                 .max(PACKET_MARGIN),
-            throttle_errors: sink.throttle_errors.clone(),
+            throttle_errors: own.throttle_errors.clone(),
         })
     }
 

@@ -2,35 +2,51 @@
 //! connection settings built from them — kept here so that database-health probes (replica
 //! lag, `Threads_running`) connect exactly as the sink does.
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use sqlx::mysql::MySqlConnectOptions;
 
-use crate::config::{Problems, SinkConfig, SinkKind};
+use crate::settings::Problems;
+use crate::sink::settings::SinkSettings;
+
+/// `[sink]` with `kind = "mysql"`: the keys only MySQL / MariaDB reads.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
+pub struct MysqlSettings {
+    /// Write into an existing table, column → JSON pointer into the payload (`""` is the
+    /// whole payload). Absent: the table is created as key, payload, source.
+    pub columns: Option<BTreeMap<String, String>>,
+    /// With `columns`: the column that receives the record key; it must carry a unique
+    /// index so redelivery is absorbed.
+    pub key_column: Option<String>,
+    /// Error numbers that mean "slow down" (treated like HTTP 429).
+    #[serde(default)]
+    pub throttle_errors: Vec<u16>,
+}
 
 /// Bad data is an error, not a warning that stores a truncated or zeroed value.
 pub const SESSION_SQL_MODE: &str = "STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION";
 
-pub fn validate(sink: &SinkConfig, p: &mut Problems) {
-    // Keys of this sink set for another kind are refused by `config::kinds`.
-    if sink.kind != SinkKind::Mysql {
-        return;
-    }
-    if !sink.urls.is_empty() {
-        p.add(
-            "sink.urls",
-            "kind = \"mysql\" writes to one server: set url",
-        );
-    }
-    if let Err(e) = connect_options(&sink.url) {
-        p.add("sink.url", e);
-    }
-    crate::sink::columns::validate(sink, p);
-    if let Some(zero) = sink.throttle_errors.iter().find(|n| **n == 0) {
-        p.add(
-            "sink.throttle_errors",
-            format!("{zero} is not a MySQL error number (e.g. 1040)"),
-        );
+impl MysqlSettings {
+    pub(crate) fn validate(&self, sink: &SinkSettings, p: &mut Problems) {
+        if !sink.urls.is_empty() {
+            p.add(
+                "sink.urls",
+                "kind = \"mysql\" writes to one server: set url",
+            );
+        }
+        if let Err(e) = connect_options(&sink.url) {
+            p.add("sink.url", e);
+        }
+        crate::sink::columns::validate(self.columns.as_ref(), self.key_column.as_deref(), p);
+        if let Some(zero) = self.throttle_errors.iter().find(|n| **n == 0) {
+            p.add(
+                "sink.throttle_errors",
+                format!("{zero} is not a MySQL error number (e.g. 1040)"),
+            );
+        }
     }
 }
 
@@ -54,31 +70,39 @@ pub fn connect_options(url: &str) -> Result<MySqlConnectOptions, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::only_key;
+    use crate::settings::only_key;
+    use crate::sink::settings::SinkBackend;
 
-    fn ok(sink: &SinkConfig) {
+    fn ok(sink: &SinkSettings) {
         let mut p = Problems::default();
         validate(sink, &mut p);
         p.into_result().unwrap();
     }
 
-    fn mysql() -> SinkConfig {
-        SinkConfig {
-            kind: SinkKind::Mysql,
-            url: "mysql://u:p@127.0.0.1:3306/db".into(),
-            table: "records".into(),
-            ..Default::default()
+    fn mysql() -> SinkSettings {
+        let own = SinkBackend::Mysql(MysqlSettings::default());
+        SinkSettings::new("mysql://u:p@127.0.0.1:3306/db", own)
+    }
+
+    fn own(sink: &mut SinkSettings) -> &mut MysqlSettings {
+        match &mut sink.backend {
+            SinkBackend::Mysql(m) => m,
+            _ => unreachable!("a MySQL sink"),
         }
     }
 
-    fn key_of(sink: &SinkConfig) -> std::borrow::Cow<'static, str> {
+    fn validate(sink: &SinkSettings, p: &mut Problems) {
+        sink.mysql().unwrap().validate(sink, p);
+    }
+
+    fn key_of(sink: &SinkSettings) -> std::borrow::Cow<'static, str> {
         only_key(|p| validate(sink, p))
     }
 
     #[test]
     fn accepts_a_mysql_url_and_throttle_numbers() {
         let mut sink = mysql();
-        sink.throttle_errors = vec![1205];
+        own(&mut sink).throttle_errors = vec![1205];
         ok(&sink);
         sink.url = "mariadb://u@h/db".into();
         ok(&sink);
@@ -92,10 +116,12 @@ mod tests {
         sink.url = "mysql://u@h:3306".into();
         assert_eq!(key_of(&sink), "sink.url");
         let mut sink = mysql();
-        sink.throttle_errors = vec![0];
+        own(&mut sink).throttle_errors = vec![0];
         assert_eq!(key_of(&sink), "sink.throttle_errors");
         let mut sink = mysql();
-        sink.urls = vec![crate::config::EndpointConfig::Url("mysql://h/db".into())];
+        sink.urls = vec![crate::sink::balanced::settings::EndpointConfig::Url(
+            "mysql://h/db".into(),
+        )];
         assert_eq!(key_of(&sink), "sink.urls");
     }
 }

@@ -24,8 +24,8 @@ use self::tables::{create_tables, guard_columns, inspect, stored_version_kind};
 use self::upsert::UpsertLayout;
 use super::dead_letters::headers_json;
 use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
-use crate::config::Config;
 use crate::record::{DeadLetter, Row};
+use crate::sink::settings::SinkSettings;
 use crate::sink::upsert::{SinkMode, VersionKind};
 
 /// How long a write waits for a pooled connection before it counts as an outage (and
@@ -48,8 +48,8 @@ pub struct PostgresSink {
 }
 
 impl PostgresSink {
-    pub async fn open(config: &Config) -> Result<Self, SinkError> {
-        let sink = &config.sink;
+    pub async fn open(sink: &SinkSettings, opening: &super::Opening) -> Result<Self, SinkError> {
+        let own = sink.postgres().cloned().unwrap_or_default();
         let fail = |e: &dyn std::fmt::Display| SinkError {
             url: crate::redact::redact(&sink.url),
             message: e.to_string(),
@@ -60,9 +60,9 @@ impl PostgresSink {
             .application_name("sluice")
             // CREATE TABLE IF NOT EXISTS notices are not news.
             .options([("client_min_messages", "warning")]);
-        let connections = sink
+        let connections = own
             .max_connections
-            .unwrap_or(config.concurrency.max as u32 + 1);
+            .unwrap_or(opening.most_in_flight as u32 + 1);
         let pool = PgPoolOptions::new()
             .max_connections(connections)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -77,7 +77,7 @@ impl PostgresSink {
             .map_err(|e| SinkError {
                 not_now: matches!(e, sqlx::Error::Database(_))
                     && matches!(
-                        judge(&e, Phase::Connect, &sink.throttle_sqlstates),
+                        judge(&e, Phase::Connect, &own.throttle_sqlstates),
                         WriteOutcome::Unavailable(_) | WriteOutcome::Throttled { .. }
                     ),
                 ..match &e {
@@ -93,21 +93,21 @@ impl PostgresSink {
                 }
             })?;
         let upserting = sink.mode == SinkMode::Upsert;
-        let (layout, upsert) = match &sink.columns {
+        let (layout, upsert) = match &own.columns {
             None => (
                 Layout::created(&sink.table),
                 upserting.then(|| UpsertLayout::created(&sink.table)),
             ),
             Some(columns) => {
-                let key_column = super::columns::key_column(sink);
+                let key_column = sink.key_column();
                 let columns: Vec<(String, String)> = columns
                     .iter()
                     .map(|(c, p)| (c.clone(), p.clone()))
                     .collect();
-                let version_column = sink.version_column.as_deref().unwrap_or("version");
+                let version_column = own.version_column.as_deref().unwrap_or("version");
                 let deletes = sink.delete_on_tombstone || sink.delete_flag.is_some();
                 let deleted_column =
-                    deletes.then(|| sink.deleted_column.as_deref().unwrap_or("deleted"));
+                    deletes.then(|| own.deleted_column.as_deref().unwrap_or("deleted"));
                 let guard: Vec<(String, String)> = if upserting {
                     std::iter::once(version_column)
                         .chain(deleted_column)
@@ -129,7 +129,7 @@ impl PostgresSink {
                         pointer,
                     })
                     .collect();
-                let coerce = sink.coerce.unwrap_or_default();
+                let coerce = own.coerce.unwrap_or_default();
                 let upsert = if upserting {
                     guard_columns(&table, version_column, deleted_column).map_err(|e| fail(&e))?;
                     Some(UpsertLayout::mapped(
@@ -175,7 +175,7 @@ impl PostgresSink {
             upsert,
             version_kind,
             table: sink.table.clone(),
-            throttle_sqlstates: sink.throttle_sqlstates.clone(),
+            throttle_sqlstates: own.throttle_sqlstates.clone(),
         })
     }
 

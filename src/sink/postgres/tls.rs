@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 
-use crate::config::ConfigError;
+use crate::settings::ConfigError;
 
 /// The URL's connect options. As in libpq, `sslmode=require` with an `sslrootcert`
 /// verifies the certificate against that CA (verify-ca); sqlx alone would not.

@@ -7,9 +7,9 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, Problems};
 use crate::control::balance::aperture::{Mode, Settings};
 use crate::control::balance::ring::Coordinate;
+use crate::settings::{ConfigError, HumanDuration, Problems};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -26,7 +26,7 @@ pub struct ApertureConfig {
     /// … and at or over which it widens.
     pub high_load: f64,
     /// How long the load is smoothed over before the subset follows it.
-    #[schemars(with = "super::schema::HumanDuration")]
+    #[schemars(with = "HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub window: Duration,
     /// Deterministic mode: this worker's index, 0-based (else `SLUICE_WORKER_INDEX`, else
@@ -161,7 +161,7 @@ impl ApertureConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::only_key;
+    use crate::settings::only_key;
 
     fn deterministic() -> ApertureConfig {
         ApertureConfig {

@@ -6,8 +6,9 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Problems, aperture, schema};
+use super::{aperture, schema};
 use crate::control::balance::balancer::Strategy;
+use crate::settings::{HumanDuration, Problems};
 
 /// One endpoint of a sink served by several hosts: a URL, or a URL with its zone and the
 /// name metrics show it by (`host:port` when unnamed; never the URL).
@@ -55,7 +56,7 @@ pub struct BalanceConfig {
     /// This worker's zone: endpoints of other zones are used only when none here is up.
     pub zone: Option<String>,
     /// How fast the peak-EWMA latency forgets a slow answer.
-    #[schemars(with = "schema::HumanDuration")]
+    #[schemars(with = "HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub decay: Duration,
     /// `strategy = "aperture"`: the subset's bounds, load band and mode.
@@ -74,7 +75,7 @@ impl Default for BalanceConfig {
 }
 
 impl BalanceConfig {
-    pub(super) fn validate(&self, p: &mut Problems) {
+    pub(crate) fn validate(&self, p: &mut Problems) {
         let b = self;
         if b.strategy != Strategy::Aperture {
             if b.aperture != aperture::ApertureConfig::default() {

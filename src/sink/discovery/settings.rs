@@ -9,7 +9,9 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{EndpointConfig, Problems, SinkKind};
+use crate::settings::{HumanDuration, Problems};
+use crate::sink::balanced::settings::EndpointConfig;
+use crate::sink::settings::SinkKind;
 
 /// The scheme prefix of a `sink.urls` entry whose name is resolved to endpoints.
 pub const DNS_PREFIX: &str = "dns+";
@@ -19,7 +21,7 @@ pub const DNS_PREFIX: &str = "dns+";
 pub struct DiscoveryConfig {
     /// How often names are resolved again and the file read again (Finagle's DNS
     /// resolver's default).
-    #[schemars(with = "super::schema::HumanDuration")]
+    #[schemars(with = "HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
     /// A file of endpoint URLs, one a line (`#` starts a comment).

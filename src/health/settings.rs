@@ -8,7 +8,8 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Problems, SinkConfig, SinkKind};
+use crate::settings::{ConfigError, HumanDuration, Problems};
+use crate::sink::settings::{SinkKind, SinkSettings};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -93,7 +94,7 @@ pub struct ProbeConfig {
     #[serde(default)]
     pub replicas: Vec<String>,
     /// How often it runs, each run on the probe's own connection.
-    #[schemars(with = "super::schema::HumanDuration")]
+    #[schemars(with = "HumanDuration")]
     #[serde(with = "humantime_serde", default = "default_interval")]
     pub interval: Duration,
     /// New writes are held while the value is above this.
@@ -126,12 +127,12 @@ impl ProbeConfig {
     }
 
     /// The URL it runs on: its own, else the sink's.
-    pub fn url<'a>(&'a self, sink: &'a SinkConfig) -> &'a str {
+    pub fn url<'a>(&'a self, sink: &'a SinkSettings) -> &'a str {
         self.url.as_deref().unwrap_or(&sink.url)
     }
 
     /// The servers it asks: the listed replicas for `replica_lag`, else its URL.
-    pub fn targets(&self, sink: &SinkConfig) -> Vec<String> {
+    pub fn targets(&self, sink: &SinkSettings) -> Vec<String> {
         if self.asks_replicas() {
             self.replicas.clone()
         } else {
@@ -162,16 +163,16 @@ impl ProbeConfig {
     }
 
     /// Fills `url` from `url_file`.
-    pub fn read_url_file(&mut self) -> Result<(), super::ConfigError> {
+    pub fn read_url_file(&mut self) -> Result<(), ConfigError> {
         if let Some(path) = &self.url_file {
             if self.url.is_some() {
-                return Err(super::ConfigError::invalid(
+                return Err(ConfigError::invalid(
                     "health.probe.url_file",
                     "set health.probe.url or health.probe.url_file, not both",
                 ));
             }
             let text = std::fs::read_to_string(path).map_err(|e| {
-                super::ConfigError::invalid(
+                ConfigError::invalid(
                     "health.probe.url_file",
                     format!("cannot read {}: {e}", path.display()),
                 )
@@ -183,7 +184,7 @@ impl ProbeConfig {
 }
 
 impl HealthConfig {
-    pub fn validate(&self, sink: &SinkConfig, p: &mut Problems) {
+    pub fn validate(&self, sink: &SinkSettings, p: &mut Problems) {
         let mut names = std::collections::BTreeSet::new();
         for probe in &self.probe {
             let name = probe.name();
@@ -221,7 +222,7 @@ impl HealthConfig {
                     "health.probe.url",
                     say(&format!(
                         "the sink is kind = \"{}\": give the probe a postgres:// or mysql:// URL",
-                        kind_name(sink.kind)
+                        kind_name(sink.kind())
                     )),
                 ),
                 None => p.add(
@@ -312,14 +313,11 @@ fn kind_name(kind: SinkKind) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::only_key;
+    use crate::settings::only_key;
 
-    fn pg_sink() -> SinkConfig {
-        SinkConfig {
-            kind: SinkKind::Postgres,
-            url: "postgres://u@127.0.0.1/db".into(),
-            ..Default::default()
-        }
+    fn pg_sink() -> SinkSettings {
+        let own = crate::sink::settings::SinkBackend::Postgres(Default::default());
+        SinkSettings::new("postgres://u@127.0.0.1/db", own)
     }
 
     fn probe(toml_text: &str) -> ProbeConfig {
@@ -329,7 +327,7 @@ mod tests {
             .unwrap()
     }
 
-    fn key_of(sink: &SinkConfig, p: ProbeConfig) -> std::borrow::Cow<'static, str> {
+    fn key_of(sink: &SinkSettings, p: ProbeConfig) -> std::borrow::Cow<'static, str> {
         let health = HealthConfig { probe: vec![p] };
         only_key(|problems| health.validate(sink, problems))
     }
@@ -404,12 +402,12 @@ mod tests {
             )],
         };
         let mut problems = Problems::default();
-        ok.validate(&SinkConfig::default(), &mut problems);
+        ok.validate(&SinkSettings::default(), &mut problems);
         problems.into_result().unwrap();
         for (text, key) in cases {
             assert_eq!(key_of(&sink, probe(text)), key, "{text}");
         }
-        let sqlite = SinkConfig::default();
+        let sqlite = SinkSettings::default();
         assert_eq!(
             key_of(&sqlite, probe("builtin = \"active_sessions\"\nmax = 5")),
             "health.probe.url"
