@@ -248,7 +248,13 @@ fn extract_source(figment: &Figment) -> Result<SourceSettings, ConfigError> {
 fn extract_sink_backend(figment: &Figment) -> Result<SinkBackend, ConfigError> {
     let sink = figment.focus("sink");
     let described = |e| describe_error_within("sink", e);
-    match sink.extract_inner::<SinkKind>("kind").map_err(described)? {
+    let kind = sink.extract_inner::<SinkKind>("kind").map_err(described)?;
+    // The keys both HTTP kinds read come flattened into theirs: read alone, they are named.
+    if let SinkKind::Http | SinkKind::Elasticsearch = kind {
+        sink.extract::<crate::sink::http::settings::HttpTransport>()
+            .map_err(described)?;
+    }
+    match kind {
         SinkKind::Sqlite => Ok(SinkBackend::Sqlite),
         SinkKind::Http => sink.extract().map(SinkBackend::Http),
         SinkKind::Postgres => sink.extract().map(SinkBackend::Postgres),

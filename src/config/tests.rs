@@ -76,8 +76,8 @@ fn http_sink_loads_with_its_keys() {
     .unwrap();
     let http = cfg.sink.http().unwrap();
     assert_eq!(http.format, HttpFormat::Ndjson);
-    assert_eq!(http.timeout, Duration::from_secs(2));
-    assert_eq!(http.headers["X-Api"], "a$$b");
+    assert_eq!(http.transport.timeout, Duration::from_secs(2));
+    assert_eq!(http.transport.headers["X-Api"], "a$$b");
     assert_eq!(cfg.throttle.hold, 0.9);
     assert_eq!(cfg.throttle.beta, 0.7, "unset keys keep their defaults");
     assert_eq!(cfg.retry.budget_ratio, 0.2);
@@ -188,9 +188,8 @@ fn keys_of_another_kind_are_named() {
 fn load_sink(kind: &str, url: &str, extra: &str) -> Result<Config, String> {
     let dir = tempfile::tempdir().unwrap();
     let input = write(dir.path(), "in.ndjson", "{\"id\":1}\n");
-    let body = format!(
-        "[source]\npath = {input:?}\n[sink]\nkind = \"{kind}\"\nurl = \"{url}\"\n{extra}"
-    );
+    let body =
+        format!("[source]\npath = {input:?}\n[sink]\nkind = \"{kind}\"\nurl = \"{url}\"\n{extra}");
     let path = write(dir.path(), "c.toml", &body);
     Config::load(&path, &Overrides::default()).map_err(|e| e.to_string())
 }
@@ -210,21 +209,71 @@ fn each_sink_kind_reads_its_own_keys_and_names_the_others() {
     assert_eq!(own.max_connections, Some(3));
     assert!(load_sink("mysql", "mysql://u@h/db", "throttle_errors = [1040]\n").is_ok());
     for (kind, url, extra, key, why) in [
-        ("postgres", pg, "format = \"ndjson\"\n", "sink.format", "does not apply to kind = \"postgres\""),
-        ("mysql", "mysql://u@h/db", "coerce = \"lenient\"\n", "sink.coerce", "does not apply"),
-        ("mysql", "mysql://u@h/db", "urls = [\"mysql://h/db\"]\n", "sink.urls", "does not apply"),
-        ("sqlite", "sqlite://x.db", "[sink.balance]\nzone = \"a\"\n", "sink.balance", "does not apply"),
-        ("postgres", pg, "surely_not_a_key = 1\n", "sink.surely_not_a_key", "unknown key"),
-        ("postgres", pg, "max_connections = \"x\"\n", "sink.max_connections", "invalid type"),
-        ("sqlite", "sqlite://x.db", "max_batch = \"x\"\n", "sink.max_batch", "invalid type"),
+        (
+            "postgres",
+            pg,
+            "format = \"ndjson\"\n",
+            "sink.format",
+            "does not apply to kind = \"postgres\"",
+        ),
+        (
+            "mysql",
+            "mysql://u@h/db",
+            "coerce = \"lenient\"\n",
+            "sink.coerce",
+            "does not apply",
+        ),
+        (
+            "mysql",
+            "mysql://u@h/db",
+            "urls = [\"mysql://h/db\"]\n",
+            "sink.urls",
+            "does not apply",
+        ),
+        (
+            "sqlite",
+            "sqlite://x.db",
+            "[sink.balance]\nzone = \"a\"\n",
+            "sink.balance",
+            "does not apply",
+        ),
+        (
+            "postgres",
+            pg,
+            "surely_not_a_key = 1\n",
+            "sink.surely_not_a_key",
+            "unknown key",
+        ),
+        (
+            "postgres",
+            pg,
+            "max_connections = \"x\"\n",
+            "sink.max_connections",
+            "invalid type",
+        ),
+        (
+            "sqlite",
+            "sqlite://x.db",
+            "max_batch = \"x\"\n",
+            "sink.max_batch",
+            "invalid type",
+        ),
     ] {
         let e = load_sink(kind, url, extra).unwrap_err();
         assert!(e.contains(key) && e.contains(why), "{kind} {extra}: {e}");
     }
     let (http, extra) = http.split_once('\n').unwrap();
     for (more, key, why) in [
-        ("throttle_errors = [1040]\n", "sink.throttle_errors", "does not apply"),
-        ("[sink.elasticsearch]\nindex = \"i\"\n", "sink.elasticsearch", "does not apply"),
+        (
+            "throttle_errors = [1040]\n",
+            "sink.throttle_errors",
+            "does not apply",
+        ),
+        (
+            "[sink.elasticsearch]\nindex = \"i\"\n",
+            "sink.elasticsearch",
+            "does not apply",
+        ),
         ("timeout = 5\n", "sink.timeout", "invalid type"),
     ] {
         let e = load_sink("http", http, &format!("{more}{extra}\n")).unwrap_err();

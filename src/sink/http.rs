@@ -75,15 +75,9 @@ impl HttpSink {
             message,
             not_now: false,
         };
-        let (headers, timeout, tls, store, bulk) = match &config.backend {
-            SinkBackend::Http(s) => (&s.headers, s.timeout, &s.tls, &s.dead_letters, None),
-            SinkBackend::Elasticsearch(s) => (
-                &s.headers,
-                s.timeout,
-                &s.tls,
-                &s.dead_letters,
-                s.elasticsearch.as_ref(),
-            ),
+        let (transport, bulk) = match &config.backend {
+            SinkBackend::Http(s) => (&s.transport, None),
+            SinkBackend::Elasticsearch(s) => (&s.transport, s.elasticsearch.as_ref()),
             other => {
                 return Err(fail(format!(
                     "kind = {:?} is not written over HTTP",
@@ -91,14 +85,15 @@ impl HttpSink {
                 )));
             }
         };
-        let headers = headers::build(headers, |var| std::env::var(var).ok())
+        let timeout = transport.timeout;
+        let headers = headers::build(&transport.headers, |var| std::env::var(var).ok())
             .map_err(|e| fail(e.to_string()))?;
         let builder = reqwest::Client::builder()
             .default_headers(headers)
             .timeout(timeout)
             .connect_timeout(timeout)
             .redirect(redirect_policy());
-        let tls = tls.clone().unwrap_or_default();
+        let tls = transport.tls.clone().unwrap_or_default();
         let client = tls
             .apply_to_reqwest(builder)
             .map_err(fail)?
@@ -124,7 +119,8 @@ impl HttpSink {
             },
         };
         let shown_url = crate::redact::redact(url.as_str());
-        let store = store
+        let store = transport
+            .dead_letters
             .as_ref()
             .ok_or_else(|| fail("sink.dead_letters is required for an http sink".into()))?;
         let dead_letters = dead_letters::open(store, &dead_letter_target(&url)).await?;

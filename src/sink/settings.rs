@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -15,7 +14,7 @@ use super::balanced::settings::{BalanceConfig, EndpointConfig};
 use super::dead_letters::settings::DeadLetterConfig;
 use super::discovery::settings::DiscoveryConfig;
 use super::elasticsearch::settings::ElasticsearchSink;
-use super::http::settings::HttpSettings;
+use super::http::settings::{HttpSettings, HttpTransport};
 use super::mysql::settings::MysqlSettings;
 use super::postgres::settings::PostgresSettings;
 use super::upsert::SinkMode;
@@ -205,31 +204,28 @@ impl SinkSettings {
         set.unwrap_or("key")
     }
 
-    /// Where rejected records go, for a sink without tables of its own (HTTP kinds).
-    pub fn dead_letters(&self) -> Option<&DeadLetterConfig> {
+    /// What the HTTP kinds read of the connection.
+    pub fn transport(&self) -> Option<&HttpTransport> {
         match &self.backend {
-            SinkBackend::Http(s) => s.dead_letters.as_ref(),
-            SinkBackend::Elasticsearch(s) => s.dead_letters.as_ref(),
+            SinkBackend::Http(s) => Some(&s.transport),
+            SinkBackend::Elasticsearch(s) => Some(&s.transport),
             _ => None,
         }
+    }
+
+    /// Where rejected records go, for a sink without tables of its own (HTTP kinds).
+    pub fn dead_letters(&self) -> Option<&DeadLetterConfig> {
+        self.transport()?.dead_letters.as_ref()
     }
 
     /// The HTTP kinds' TLS table (PostgreSQL takes libpq's `ssl*` in its URL).
     pub fn tls(&self) -> Option<&TlsConfig> {
-        match &self.backend {
-            SinkBackend::Http(s) => s.tls.as_ref(),
-            SinkBackend::Elasticsearch(s) => s.tls.as_ref(),
-            _ => None,
-        }
+        self.transport()?.tls.as_ref()
     }
 
     /// The HTTP kinds' extra request headers.
     pub fn headers(&self) -> Option<&BTreeMap<String, String>> {
-        match &self.backend {
-            SinkBackend::Http(s) => Some(&s.headers),
-            SinkBackend::Elasticsearch(s) => Some(&s.headers),
-            _ => None,
-        }
+        self.transport().map(|t| &t.headers)
     }
 
     /// Every URL the sink is reached at: `url`, or each of `urls`.
@@ -302,10 +298,4 @@ impl SinkSettings {
         p.at_most_a_year("sink.balance.decay", self.balance.decay);
         self.balance.validate(p);
     }
-}
-
-/// The longest one HTTP request may take before it counts as a transient failure, unless
-/// `timeout` says otherwise.
-pub(crate) fn default_timeout() -> Duration {
-    Duration::from_secs(30)
 }

@@ -13,45 +13,23 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
-use crate::settings::{ConfigError, HumanDuration, Problems};
-use crate::sink::dead_letters::settings::DeadLetterConfig;
-use crate::sink::http::settings::{Transport, validate_transport};
-use crate::sink::settings::{SinkSettings, default_timeout};
-use crate::tls::TlsConfig;
+use crate::settings::{ConfigError, Problems};
+use crate::sink::http::settings::HttpTransport;
+use crate::sink::settings::SinkSettings;
 
 /// `[sink]` with `kind = "elasticsearch"`: the connection's keys, as an HTTP sink reads
 /// them, and `[sink.elasticsearch]`.
 #[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 pub struct ElasticsearchSink {
-    /// Extra request headers; `${VAR}` in a value is read from the environment.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// A private CA, a client certificate.
-    pub tls: Option<TlsConfig>,
-    /// The longest one request may take before it counts as a transient failure.
-    #[schemars(with = "HumanDuration")]
-    #[serde(default = "default_timeout", with = "humantime_serde")]
-    pub timeout: Duration,
-    /// Where records the cluster rejects go (required).
-    pub dead_letters: Option<DeadLetterConfig>,
     /// The index and the bulk action (required).
     pub elasticsearch: Option<ElasticsearchSettings>,
+    #[serde(flatten)]
+    pub transport: HttpTransport,
 }
 
 impl ElasticsearchSink {
     pub(crate) fn validate(&self, sink: &SinkSettings, p: &mut Problems) {
-        validate_transport(
-            sink,
-            &Transport {
-                headers: &self.headers,
-                timeout: self.timeout,
-                dead_letters: self.dead_letters.as_ref(),
-            },
-            p,
-        );
+        self.transport.validate(sink, p);
         p.check(validate(self.elasticsearch.as_ref()));
     }
 }

@@ -13,7 +13,7 @@ use crate::settings::{HumanDuration, Problems};
 use crate::sink::balanced::settings::EndpointConfig;
 use crate::sink::dead_letters::settings::DeadLetterConfig;
 use crate::sink::discovery::settings::DNS_PREFIX;
-use crate::sink::settings::{SinkSettings, default_timeout};
+use crate::sink::settings::SinkSettings;
 use crate::tls::TlsConfig;
 
 /// How an http sink encodes a batch.
@@ -33,10 +33,27 @@ pub struct HttpSettings {
     /// How a batch is encoded in the request body.
     #[serde(default)]
     pub format: HttpFormat,
+    /// How a 2xx answer says which records were taken (`sink::http::contract`).
+    pub response: Option<ResponseContract>,
+    #[serde(flatten)]
+    pub transport: HttpTransport,
+}
+
+impl HttpSettings {
+    pub(crate) fn validate(&self, sink: &SinkSettings, p: &mut Problems) {
+        p.check(super::contract::validate(self.response.as_ref()));
+        self.transport.validate(sink, p);
+    }
+}
+
+/// What both HTTP kinds (`http`, `elasticsearch`) read of the connection.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct HttpTransport {
     /// Extra request headers; `${VAR}` in a value is read from the environment.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// A private CA, a client certificate.
+    /// A private CA, a client certificate (PostgreSQL takes libpq's `sslmode`,
+    /// `sslrootcert`, `sslcert`, `sslkey` in its URL instead).
     pub tls: Option<TlsConfig>,
     /// The longest one request may take before it counts as a transient failure.
     #[schemars(with = "HumanDuration")]
@@ -44,34 +61,32 @@ pub struct HttpSettings {
     pub timeout: Duration,
     /// Where records the endpoint rejects go (required: an endpoint keeps none).
     pub dead_letters: Option<DeadLetterConfig>,
-    /// How a 2xx answer says which records were taken (`sink::http::contract`).
-    pub response: Option<ResponseContract>,
 }
 
-impl HttpSettings {
-    pub(crate) fn validate(&self, sink: &SinkSettings, p: &mut Problems) {
-        p.check(super::contract::validate(self.response.as_ref()));
-        validate_transport(
-            sink,
-            &Transport {
-                headers: &self.headers,
-                timeout: self.timeout,
-                dead_letters: self.dead_letters.as_ref(),
-            },
-            p,
-        );
+impl Default for HttpTransport {
+    fn default() -> Self {
+        HttpTransport {
+            headers: BTreeMap::new(),
+            tls: None,
+            timeout: default_timeout(),
+            dead_letters: None,
+        }
     }
 }
 
-/// What both HTTP kinds (`http`, `elasticsearch`) read of the connection.
-pub(crate) struct Transport<'a> {
-    pub headers: &'a BTreeMap<String, String>,
-    pub timeout: Duration,
-    pub dead_letters: Option<&'a DeadLetterConfig>,
+/// The longest one request may take unless `timeout` says otherwise.
+fn default_timeout() -> Duration {
+    Duration::from_secs(30)
 }
 
-/// Checks the URLs, headers, timeout and dead-letter store of an HTTP kind.
-pub(crate) fn validate_transport(sink: &SinkSettings, t: &Transport<'_>, p: &mut Problems) {
+impl HttpTransport {
+    /// Checks the URLs, headers, timeout and dead-letter store of an HTTP kind.
+    pub(crate) fn validate(&self, sink: &SinkSettings, p: &mut Problems) {
+        validate_transport(sink, self, p);
+    }
+}
+
+fn validate_transport(sink: &SinkSettings, t: &HttpTransport, p: &mut Problems) {
     let kind = format!("{:?}", sink.kind()).to_ascii_lowercase();
     let (key, urls): (&'static str, Vec<&str>) =
         if sink.urls.is_empty() && sink.discovery.file.is_none() {
@@ -94,7 +109,7 @@ pub(crate) fn validate_transport(sink: &SinkSettings, t: &Transport<'_>, p: &mut
         }
     }
     p.positive_duration("sink.timeout", t.timeout);
-    if let Err(e) = super::headers::build(t.headers, |name| std::env::var(name).ok()) {
+    if let Err(e) = super::headers::build(&t.headers, |name| std::env::var(name).ok()) {
         p.add("sink.headers", e.to_string());
     }
     // reqwest sends a URL's user:password as Basic auth in place of a configured
@@ -113,7 +128,7 @@ pub(crate) fn validate_transport(sink: &SinkSettings, t: &Transport<'_>, p: &mut
             "Authorization is set and the sink URL carries user:password@, which would replace it: keep one",
         );
     }
-    match t.dead_letters {
+    match &t.dead_letters {
         None => p.add(
             "sink.dead_letters",
             format!(

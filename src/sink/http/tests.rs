@@ -1,4 +1,4 @@
-use super::settings::HttpSettings;
+use super::settings::{HttpSettings, HttpTransport};
 use super::*;
 use crate::sim_sink::{OutageMode, RetryAfterStyle, SimSink, SimSinkConfig};
 use crate::sink::dead_letters::settings::DeadLetterConfig;
@@ -22,11 +22,14 @@ fn config(url: String, dir: &std::path::Path) -> SinkSettings {
 
 fn config_with(url: String, dir: &std::path::Path, http: HttpSettings) -> SinkSettings {
     let http = HttpSettings {
-        timeout: Duration::from_millis(300),
-        dead_letters: Some(DeadLetterConfig {
-            url: None,
-            path: Some(dir.join("dead.ndjson")),
-        }),
+        transport: HttpTransport {
+            timeout: Duration::from_millis(300),
+            dead_letters: Some(DeadLetterConfig {
+                url: None,
+                path: Some(dir.join("dead.ndjson")),
+            }),
+            ..http.transport
+        },
         ..http
     };
     SinkSettings::new(url, SinkBackend::Http(http))
@@ -153,7 +156,10 @@ async fn sends_configured_headers_an_idempotency_key_and_ndjson() {
         dir.path(),
         HttpSettings {
             format: HttpFormat::Ndjson,
-            headers: BTreeMap::from([("Authorization".into(), "Bearer t0k$$".into())]),
+            transport: HttpTransport {
+                headers: BTreeMap::from([("Authorization".into(), "Bearer t0k$$".into())]),
+                ..HttpTransport::default()
+            },
             ..HttpSettings::default()
         },
     );
