@@ -197,12 +197,14 @@ async fn kafka_change_events_two_workers_one_killed_newest_version_wins() {
             .status()
             .unwrap();
         assert!(status.success());
+        let pid = worker.id().expect("running");
         let out = tokio::time::timeout(Duration::from_secs(60), worker.wait_with_output())
             .await
             .unwrap_or_else(|_| {
                 panic!(
-                    "worker still running 60 s after SIGTERM:\n{}",
-                    log.lock().unwrap()
+                    "worker still running 60 s after SIGTERM:\n{}\nits threads:\n{}",
+                    log.lock().unwrap(),
+                    stacks(pid)
                 )
             })
             .unwrap();

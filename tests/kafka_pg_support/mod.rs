@@ -144,9 +144,35 @@ pub fn start_worker(config: &Path, args: &[&str]) -> Child {
 
 /// Waits at most `limit` for a worker; panics (with its output) if it is still running.
 pub async fn finish(child: Child, limit: Duration) -> Output {
+    let pid = child.id();
     match tokio::time::timeout(limit, child.wait_with_output()).await {
         Ok(out) => out.unwrap(),
-        Err(_) => panic!("worker still running after {limit:?}"),
+        Err(_) => panic!(
+            "worker still running after {limit:?}; its threads:\n{}",
+            pid.map_or("(no pid)".into(), stacks)
+        ),
+    }
+}
+
+/// Every thread's stack of a running process (gdb), to show where a worker that does not
+/// stop is waiting.
+pub fn stacks(pid: u32) -> String {
+    let out = std::process::Command::new("gdb")
+        .args([
+            "-p",
+            &pid.to_string(),
+            "-batch",
+            "-ex",
+            "thread apply all bt 30",
+        ])
+        .output();
+    match out {
+        Ok(out) => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with('#') || l.starts_with("Thread"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(e) => format!("(gdb: {e})"),
     }
 }
 

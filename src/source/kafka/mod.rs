@@ -6,6 +6,7 @@
 pub mod assignment;
 pub mod backlog_scan;
 pub mod context;
+mod leave;
 mod ready;
 pub mod settings;
 
@@ -21,6 +22,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use self::assignment::Assignment;
 use self::context::{GroupContext, lock, offset_list};
+use self::leave::DropWithin;
 use self::ready::ready_now;
 use super::{Backlog, Pulled, Source, SourceError};
 use crate::record::{Position, Record, SourceContext};
@@ -37,8 +39,11 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 /// trusted alone.
 const QUIET: Duration = Duration::from_millis(500);
 
+/// The longest closing the consumer (leaving the group) may hold the worker's exit.
+const LEAVE_WAIT: Duration = Duration::from_secs(10);
+
 pub struct KafkaSource {
-    consumer: StreamConsumer<GroupContext>,
+    consumer: DropWithin<StreamConsumer<GroupContext>>,
     assignment: Arc<Mutex<Assignment>>,
     topic: String,
     group: String,
@@ -99,7 +104,7 @@ impl KafkaSource {
         Ok(KafkaSource {
             partitions,
             config: source.clone(),
-            consumer,
+            consumer: DropWithin::new(consumer, LEAVE_WAIT, "the Kafka consumer"),
             assignment,
             topic,
             group,
