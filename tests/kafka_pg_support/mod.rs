@@ -86,9 +86,12 @@ pub fn write_config(
 
 pub fn sluice() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    cmd.env("SLUICE_LOG", "warn,sluice::source::kafka=info,sluice::shutdown=info")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+    cmd.env(
+        "SLUICE_LOG",
+        "warn,sluice::source::kafka=info,sluice::shutdown=info",
+    )
+    .stdin(Stdio::null())
+    .kill_on_drop(true);
     cmd
 }
 
