@@ -7,11 +7,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice::config::{Config, SinkBackend};
+use sluice::config::Config;
 use sluice::record::Row;
 use sluice::sink::Sink;
 use sluice::sink::postgres::PostgresSink;
 use sluice::sink::postgres::settings::PostgresSettings;
+use sluice::sink::settings::SinkBackend;
 
 const RECORDS: usize = 400;
 const IN_FLIGHT: usize = 8;

@@ -8,7 +8,8 @@ use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
 use super::{Probe, within, writable};
-use crate::config::{Config, SinkKind};
+use crate::config::Config;
+use crate::sink::settings::SinkKind;
 
 pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
     let sink = &config.sink;

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, ConfigError, ConfigOrigin, Overrides};
+use crate::config::{Config, ConfigOrigin, Overrides};
+use crate::settings::ConfigError;
 
 /// A line for the person at the terminal, with credentials redacted.
 macro_rules! say {

@@ -6,7 +6,9 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{MOST_IN_FLIGHT, MOST_WINDOW, Problems, schema};
+use super::schema;
+use crate::settings::Problems;
+use crate::settings::bounds::{MOST_IN_FLIGHT, MOST_WINDOW};
 
 /// Where an adaptive concurrency limit starts unless told.
 const DEFAULT_INITIAL_LIMIT: usize = 4;

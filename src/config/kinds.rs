@@ -4,20 +4,16 @@
 
 use figment::Figment;
 
-use crate::config::{
-    Config, ConfigError, Problems, SinkBackend, SinkKind, SinkSettings, SourceKind, SourceSettings,
-};
-
-/// The keys of where a sink of several endpoints is (`[sink]` reads them for every kind,
-/// but only these kinds balance endpoints).
-const BALANCED_KEYS: &[&str] = &["urls", "balance", "discovery"];
-const BALANCED_KINDS: &[SinkKind] = &[SinkKind::Http, SinkKind::Elasticsearch, SinkKind::Postgres];
+use crate::config::Config;
+use crate::settings::{ConfigError, Problems};
+use crate::sink::settings::{SinkKind, SinkSettings};
+use crate::source::settings::{SourceKind, SourceSettings};
 
 /// Refuses every key of `[source]` or `[sink]` that was set (in the file, the environment
 /// or a flag) but is not read by the chosen kind. Keys every kind reads pass.
 pub fn refuse_other_kinds_keys(figment: &Figment, config: &Config, p: &mut Problems) {
     let kind = config.source.kind();
-    let others: Vec<String> = [SourceKind::File, SourceKind::Amqp, SourceKind::Kafka]
+    let others: Vec<String> = SourceKind::ALL
         .into_iter()
         .filter(|k| *k != kind)
         .flat_map(SourceSettings::keys)
@@ -26,24 +22,12 @@ pub fn refuse_other_kinds_keys(figment: &Figment, config: &Config, p: &mut Probl
     refuse_keys(figment, "source", &format!("{kind:?}"), &read, &others, p);
 
     let kind = config.sink.kind();
-    let all = [
-        SinkKind::Sqlite,
-        SinkKind::Http,
-        SinkKind::Postgres,
-        SinkKind::Mysql,
-        SinkKind::Elasticsearch,
-    ];
-    let mut read = SinkSettings::common_keys();
-    if !BALANCED_KINDS.contains(&kind) {
-        read.retain(|k| !BALANCED_KEYS.contains(&k.as_str()));
-    }
-    read.extend(SinkBackend::keys(kind));
-    let others: Vec<String> = all
+    let others: Vec<String> = SinkKind::ALL
         .into_iter()
         .filter(|k| *k != kind)
-        .flat_map(SinkBackend::keys)
-        .chain(BALANCED_KEYS.iter().map(|k| k.to_string()))
+        .flat_map(SinkSettings::keys)
         .collect();
+    let read = SinkSettings::keys(kind);
     refuse_keys(figment, "sink", &format!("{kind:?}"), &read, &others, p);
 }
 

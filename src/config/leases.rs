@@ -7,7 +7,10 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{LEAST_RATE, Problems, SourceKind, schema};
+use super::schema;
+use crate::settings::Problems;
+use crate::settings::bounds::LEAST_RATE;
+use crate::source::settings::SourceKind;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

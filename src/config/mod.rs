@@ -23,19 +23,10 @@ mod shutdown;
 mod telemetry;
 mod throttle;
 
-pub use crate::health::settings::HealthConfig;
-pub use crate::settings::bounds::{
-    LEAST_RATE, MOST_BATCH, MOST_IN_FLIGHT, MOST_RECORD_BYTES, MOST_WINDOW,
-};
-#[cfg(test)]
-pub use crate::settings::only_key;
-pub use crate::settings::{ConfigError, Problems};
-pub use crate::sink::balanced::settings::{BalanceConfig, EndpointConfig};
-pub use crate::sink::dead_letters::settings::DeadLetterConfig;
-pub use crate::sink::http::settings::{HttpFormat, HttpSettings};
-pub use crate::sink::settings::{SinkBackend, SinkKind, SinkSettings};
-pub use crate::source::kafka::settings::PropertyValue;
-pub use crate::source::settings::{SourceKind, SourceSettings};
+use crate::health::settings::HealthConfig;
+use crate::settings::{ConfigError, Problems};
+use crate::sink::settings::{SinkBackend, SinkKind, SinkSettings};
+use crate::source::settings::{SourceKind, SourceSettings};
 use crate::source::{Extent, Opening};
 pub use backoffs::Backoffs;
 pub use concurrency::{ConcurrencyAlgorithm, ConcurrencyConfig};

@@ -5,7 +5,9 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{LEAST_RATE, Problems, schema};
+use super::schema;
+use crate::settings::Problems;
+use crate::settings::bounds::LEAST_RATE;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]

@@ -4,7 +4,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Config, ConfigError};
+use super::Config;
+use crate::settings::ConfigError;
 use crate::settings::read_secret_file as read;
 
 /// What else counts as a secret in what sluice shows (logs, messages, metrics).

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use super::*;
+use crate::sink::http::settings::HttpFormat;
 
 fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);

@@ -6,7 +6,8 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Problems, schema};
+use super::schema;
+use crate::settings::Problems;
 
 /// How the worker learns what the sink takes and holds under it (see `control::sink_limit`),
 /// and how it pauses when the sink says so.

@@ -10,9 +10,10 @@ use std::path::Path;
 use async_trait::async_trait;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-use crate::config::{Config, SourceKind, SourceSettings};
+use crate::config::Config;
 use crate::decode::Decoder;
 use crate::record::{Position, Record};
+use crate::source::settings::{SourceKind, SourceSettings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProduceError {

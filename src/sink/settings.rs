@@ -104,6 +104,28 @@ fn default_max_batch() -> usize {
     1000
 }
 
+/// The keys of `[sink]` that name several endpoints and how to balance them.
+const BALANCED_KEYS: &[&str] = &["urls", "balance", "discovery"];
+
+impl SinkKind {
+    pub const ALL: [SinkKind; 5] = [
+        SinkKind::Sqlite,
+        SinkKind::Http,
+        SinkKind::Postgres,
+        SinkKind::Mysql,
+        SinkKind::Elasticsearch,
+    ];
+
+    /// Whether a sink of this kind can be several endpoints (`urls`, `[sink.balance]`,
+    /// `[sink.discovery]`): SQLite is one local file, MySQL one server.
+    pub fn balances(self) -> bool {
+        matches!(
+            self,
+            SinkKind::Http | SinkKind::Elasticsearch | SinkKind::Postgres
+        )
+    }
+}
+
 impl SinkBackend {
     pub fn kind(&self) -> SinkKind {
         match self {
@@ -143,17 +165,13 @@ impl SinkSettings {
         self.backend.kind()
     }
 
-    /// The keys every kind reads, from the type that reads them.
-    pub fn common_keys() -> Vec<String> {
+    /// The keys of `[sink]` a sink of `kind` reads besides `kind`, from the types that
+    /// read them: those of every kind (but where several endpoints are only for a kind
+    /// that balances them), then its backend's own.
+    pub fn keys(kind: SinkKind) -> Vec<String> {
         let mut keys = crate::settings::keys_of::<SinkSettings>();
-        let backends = [
-            SinkKind::Http,
-            SinkKind::Postgres,
-            SinkKind::Mysql,
-            SinkKind::Elasticsearch,
-        ];
-        let theirs: Vec<String> = backends.into_iter().flat_map(SinkBackend::keys).collect();
-        keys.retain(|k| k != "kind" && !theirs.contains(k));
+        keys.retain(|k| k != "kind" && (kind.balances() || !BALANCED_KEYS.contains(&k.as_str())));
+        keys.extend(SinkBackend::keys(kind));
         keys
     }
 

@@ -20,6 +20,10 @@ pub enum SourceKind {
     Kafka,
 }
 
+impl SourceKind {
+    pub const ALL: [SourceKind; 3] = [SourceKind::File, SourceKind::Amqp, SourceKind::Kafka];
+}
+
 /// The `[source]` table; without `kind` it is a file.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "lowercase")]
