@@ -49,11 +49,13 @@ pub struct MysqlSink {
 
 impl MysqlSink {
     pub async fn open(sink: &SinkSettings, opening: &super::Opening) -> Result<Self, SinkError> {
-        let own = sink.mysql().cloned().unwrap_or_default();
         let fail = |e: &dyn std::fmt::Display| SinkError {
             url: crate::redact::redact(&sink.url),
             message: crate::redact::redact(&e.to_string()),
             not_now: false,
+        };
+        let Some(own) = sink.mysql() else {
+            return Err(fail(&"the settings are not of a MySQL sink"));
         };
         let options = settings::connect_options(&sink.url).map_err(|e| fail(&e))?;
         let pool = MySqlPoolOptions::new()

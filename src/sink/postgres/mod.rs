@@ -49,11 +49,13 @@ pub struct PostgresSink {
 
 impl PostgresSink {
     pub async fn open(sink: &SinkSettings, opening: &super::Opening) -> Result<Self, SinkError> {
-        let own = sink.postgres().cloned().unwrap_or_default();
         let fail = |e: &dyn std::fmt::Display| SinkError {
             url: crate::redact::redact(&sink.url),
             message: e.to_string(),
             not_now: false,
+        };
+        let Some(own) = sink.postgres() else {
+            return Err(fail(&"the settings are not of a PostgreSQL sink"));
         };
         let options = tls::connect_options(&sink.url)
             .map_err(|e| fail(&e))?
