@@ -45,18 +45,11 @@ fn closed_kinds(schema: &mut serde_json::Value, name: &str, default_kind: Option
         .as_object_mut()
         .and_then(|t| t.remove("required"))
         .unwrap_or_else(|| json!([]));
-    let Some(kinds) = table
-        .as_object_mut()
-        .and_then(|t| t.remove("oneOf"))
-        .map(|k| {
-            table["anyOf"] = k;
-            &mut table["anyOf"]
-        })
-        .and_then(|k| k.as_array_mut())
-    else {
+    let Some(kinds) = table.as_object_mut().and_then(|t| t.remove("oneOf")) else {
         return;
     };
-    for kind in kinds {
+    table["anyOf"] = kinds;
+    for kind in table["anyOf"].as_array_mut().into_iter().flatten() {
         let own = kind["allOf"][0]["$ref"]
             .as_str()
             .and_then(|r| r.strip_prefix("#/definitions/"))
