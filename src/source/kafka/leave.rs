@@ -97,7 +97,16 @@ mod tests {
     fn a_close_that_never_ends_does_not_hold_the_owner() {
         let closed = Arc::new(AtomicBool::new(false));
         let (release, value) = slow(&closed);
-        drop(DropWithin::new(value, Duration::from_millis(20), "test"));
+        // The owner drops on a thread of its own, so a drop that blocked would fail this
+        // test instead of hanging it.
+        let owner = DropWithin::new(value, Duration::from_millis(20), "test");
+        let (returned, owner_done) = mpsc::channel();
+        std::thread::spawn(move || {
+            drop(owner);
+            let _ = returned.send(());
+        });
+        let back = owner_done.recv_timeout(Duration::from_secs(30));
+        assert!(back.is_ok(), "the owner waited for the close");
         assert!(
             !closed.load(Ordering::SeqCst),
             "still closing on its thread"
