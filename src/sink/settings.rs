@@ -196,13 +196,6 @@ impl SinkSettings {
         }
     }
 
-    pub fn elasticsearch(&self) -> Option<&ElasticsearchSink> {
-        match &self.backend {
-            SinkBackend::Elasticsearch(s) => Some(s),
-            _ => None,
-        }
-    }
-
     /// `[sink.columns]`: the existing table's columns (PostgreSQL, MySQL).
     pub fn columns(&self) -> Option<&BTreeMap<String, String>> {
         match &self.backend {
