@@ -263,7 +263,9 @@ fn read_items(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Item>, (StatusCode
         .into_iter()
         .enumerate()
         .map(|(i, v)| {
-            serde_json::from_value(v).map_err(|e| {
+            // From the value's text, not `from_value`: that turns a `-0` into `0`, and a
+            // record must be stored as it came.
+            serde_json::from_str(&v.to_string()).map_err(|e| {
                 (
                     StatusCode::UNPROCESSABLE_ENTITY,
                     format!("record {i} is not {{\"key\": string, \"record\": …}}: {e}"),
