@@ -14,6 +14,8 @@ mod corpus;
 mod drivers;
 #[path = "conformance/expect.rs"]
 mod expect;
+#[path = "conformance/mapped.rs"]
+mod mapped;
 #[path = "conformance/run.rs"]
 mod run;
 #[path = "conformance/ties.rs"]
