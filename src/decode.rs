@@ -27,6 +27,11 @@ impl Decoder {
         Decoder { upsert, ..self }
     }
 
+    /// Whether records decode for upsert mode (each with a version).
+    pub fn is_upsert(&self) -> bool {
+        self.upsert.is_some()
+    }
+
     pub fn decode(&self, record: Record) -> Result<Row, DeadLetter> {
         let reject = |record: Record, reason: String| DeadLetter {
             origin: record.origin,

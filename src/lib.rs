@@ -10,6 +10,8 @@ pub mod config;
 pub mod control;
 pub mod decode;
 pub mod delivery;
+#[doc(hidden)]
+pub mod fuzz_targets;
 pub mod health;
 pub mod lease;
 pub mod lock;

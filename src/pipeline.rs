@@ -33,6 +33,8 @@ use crate::sink::Sink;
 use crate::source::{Source, SourceError};
 use crate::stats::{Stats, Summary};
 use crate::write_path::WritePath;
+use key_order::KeyOrder;
+mod key_order;
 
 /// A free slot waiting for the bucket to refill looks again this soon at the earliest: a
 /// high rate refills it in microseconds, and the loop must not spin.
@@ -94,6 +96,7 @@ pub struct Pipeline {
     max_batch: usize,
     /// Database-health probes and operator controls, asked at every tick.
     health: Arc<Health>,
+    key_order: Option<Arc<KeyOrder>>,
 }
 
 type InFlight = FuturesUnordered<JoinHandle<Result<Vec<Position>, FatalSinkError>>>;
@@ -114,6 +117,7 @@ impl Pipeline {
             batch,
             max_batch: options.max_batch,
             health: Arc::new(Health::new(&[], stats.clone())),
+            key_order: decoder.is_upsert().then(Arc::default),
             source,
             sink: write_path.sink().clone(),
             decoder,
@@ -441,8 +445,8 @@ impl Pipeline {
         batch * (self.options.max_in_flight + 1)
     }
 
-    /// Decodes records and starts their delivery: one batch, or several when their bytes
-    /// exceed `sink.max_batch_bytes` (a single larger record goes alone).
+    /// Decodes records and starts their delivery (upsert: in its keys' turn): one batch, or
+    /// several when their bytes exceed `sink.max_batch_bytes` (a larger record goes alone).
     /// Once `stop` fires, a batch only waiting to be retried is given up unacknowledged.
     fn dispatch(
         &self,
@@ -479,7 +483,10 @@ impl Pipeline {
             .map(|batch| {
                 let delivery = self.delivery.clone();
                 let stop = stop.clone();
-                tokio::spawn(async move { delivery.deliver_until(batch, stop).await })
+                let turn = KeyOrder::enter_batch(self.key_order.as_ref(), &batch.rows);
+                tokio::spawn(key_order::in_turn(turn, async move {
+                    delivery.deliver_until(batch, stop).await
+                }))
             })
             .collect()
     }

@@ -14,6 +14,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use super::documents::Stored;
 use super::overload::Answer;
 use super::server::Shared;
 use crate::lock::lock;
@@ -35,7 +36,12 @@ pub async fn bulk(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
         Ok(actions) => actions,
         Err(reason) => {
             s.ledger().malformed();
-            let error = json!({"error": {"type": "illegal_argument_exception", "reason": reason}, "status": 400});
+            let kind = if reason.starts_with("Validation Failed") {
+                "action_request_validation_exception"
+            } else {
+                "illegal_argument_exception"
+            };
+            let error = json!({"error": {"type": kind, "reason": reason}, "status": 400});
             return (StatusCode::BAD_REQUEST, Json(error)).into_response();
         }
     };
@@ -76,6 +82,19 @@ pub async fn bulk(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
         } else {
             free -= 1;
             let (inserted, _) = s.ledger().accept(now, 0, [action.id.as_str()]);
+            if let Some(documents) = s.documents() {
+                let doc = Stored {
+                    key: action.id.clone(),
+                    index: Some(action.index.clone()),
+                    source: None,
+                    record: action.source.clone(),
+                };
+                match (inserted, action.op.as_str()) {
+                    (1, _) => documents.keep_first(doc),
+                    (_, "index") => documents.replace(doc),
+                    _ => {}
+                }
+            }
             match (inserted, action.op.as_str()) {
                 (1, _) => stored(action, 201, "created"),
                 (_, "create") => item(
@@ -128,6 +147,12 @@ fn parse(body: &[u8]) -> Result<Vec<Action>, String> {
         }
         let field = |name: &str| target.get(name).and_then(Value::as_str).map(String::from);
         let id = field("_id").ok_or("an action without _id")?;
+        if id.len() > 512 {
+            return Err(format!(
+                "Validation Failed: 1: id [{id}] is too long, must be no longer than 512 bytes but was: {};",
+                id.len()
+            ));
+        }
         let index = field("_index").ok_or("an action without _index")?;
         let source = lines
             .next()

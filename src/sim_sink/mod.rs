@@ -10,6 +10,7 @@
 
 mod bulk;
 pub mod capacity;
+pub mod documents;
 pub mod latency;
 pub mod ledger;
 pub mod measure;
@@ -65,6 +66,8 @@ pub struct SimSinkConfig {
     /// Answer as Elasticsearch `_bulk` (`POST /_bulk`, `POST /<index>/_bulk`) instead of
     /// `/ingest`: `capacity` and `burst` are the write queue's drain rate and size.
     pub bulk: bool,
+    /// Keep every stored document (`GET /documents`, [`SimSink::documents`]).
+    pub keep_documents: bool,
 }
 
 impl SimSinkConfig {
@@ -81,6 +84,7 @@ impl SimSinkConfig {
             reject_field: None,
             retry_after: RetryAfterStyle::Millis,
             bulk: false,
+            keep_documents: false,
         }
     }
 }
@@ -177,6 +181,11 @@ impl SimSink {
         self.shared.now()
     }
 
+    /// Every document stored, by key (empty unless `keep_documents`).
+    pub fn documents(&self) -> Vec<documents::Stored> {
+        self.shared.documents().map_or_else(Vec::new, |d| d.all())
+    }
+
     /// Every key stored, sorted.
     pub fn keys(&self) -> Vec<String> {
         self.shared.ledger().keys()
@@ -255,6 +264,9 @@ pub struct SimSinkArgs {
     /// `--capacity` per second) get 429 inside it. Records only.
     #[arg(long)]
     bulk: bool,
+    /// Keep every document stored, served at `GET /documents` (memory grows with them).
+    #[arg(long)]
+    keep_documents: bool,
     /// How a 429 says when to come back.
     #[arg(long, value_enum, default_value_t = RetryAfterStyle::Millis)]
     retry_after: RetryAfterStyle,
@@ -292,6 +304,7 @@ impl SimSinkArgs {
         let mut config = SimSinkConfig::new(self.listen, self.capacity);
         config.unit = self.unit;
         config.bulk = self.bulk;
+        config.keep_documents = self.keep_documents;
         if let Some(burst) = self.burst {
             config.burst = burst;
         }

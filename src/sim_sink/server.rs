@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::capacity::{Capacity, Unit};
+use super::documents::{Documents, Stored};
 use super::ledger::{Ledger, SimStats};
 use super::outage::{Outage, OutageMode};
 use super::overload::{Answer, Overload};
@@ -41,6 +42,7 @@ pub struct Shared {
     capacity: Mutex<Capacity>,
     outage: Mutex<Outage>,
     ledger: Mutex<Ledger>,
+    documents: Option<Documents>,
     in_progress: AtomicU64,
 }
 
@@ -61,6 +63,7 @@ impl Shared {
             capacity: Mutex::new(Capacity::new(config.capacity, config.burst)),
             outage: Mutex::new(Outage::default()),
             ledger: Mutex::new(Ledger::default()),
+            documents: config.keep_documents.then(Documents::default),
             in_progress: AtomicU64::new(0),
         }
     }
@@ -71,6 +74,11 @@ impl Shared {
 
     pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
         lock(&self.ledger)
+    }
+
+    /// The documents stored, when the emulator keeps them.
+    pub fn documents(&self) -> Option<&Documents> {
+        self.documents.as_ref()
     }
 
     pub fn set_capacity(&self, rate: f64) {
@@ -135,6 +143,7 @@ pub fn router(shared: Arc<Shared>, bulk: bool) -> Router {
     };
     router
         .route("/stats", get(stats))
+        .route("/documents", get(documents))
         .route("/outage", post(outage))
         .with_state(shared)
 }
@@ -210,6 +219,16 @@ async fn ingest(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
     }
     let keys = items.iter().map(|i| i.key.as_str());
     let (inserted, duplicates) = s.ledger().accept(now, bytes, keys);
+    if let Some(documents) = s.documents() {
+        for item in items {
+            documents.keep_first(Stored {
+                key: item.key,
+                index: None,
+                source: item.source,
+                record: item.record,
+            });
+        }
+    }
     // Stored before the answer: a client that gives up waiting has still written.
     if let Answer::Take(delay) = answer {
         tokio::time::sleep(delay).await;
@@ -221,6 +240,8 @@ async fn ingest(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -
 #[derive(Deserialize)]
 struct Item {
     key: String,
+    #[serde(default)]
+    source: Option<String>,
     record: Value,
 }
 
@@ -242,7 +263,9 @@ fn read_items(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Item>, (StatusCode
         .into_iter()
         .enumerate()
         .map(|(i, v)| {
-            serde_json::from_value(v).map_err(|e| {
+            // From the value's text, not `from_value`: that turns a `-0` into `0`, and a
+            // record must be stored as it came.
+            serde_json::from_str(&v.to_string()).map_err(|e| {
                 (
                     StatusCode::UNPROCESSABLE_ENTITY,
                     format!("record {i} is not {{\"key\": string, \"record\": …}}: {e}"),
@@ -277,6 +300,10 @@ fn throttled(wait: Duration, style: RetryAfterStyle, quota: f64, unit: Unit) -> 
         RetryAfterStyle::None => {}
     }
     response
+}
+
+async fn documents(State(s): State<Arc<Shared>>) -> Json<Vec<Stored>> {
+    Json(s.documents().map_or_else(Vec::new, Documents::all))
 }
 
 async fn stats(State(s): State<Arc<Shared>>) -> Json<SimStats> {

@@ -8,6 +8,8 @@
 
 mod checkpoint;
 mod follow;
+#[doc(hidden)]
+pub mod fuzzing;
 mod identity;
 mod locate;
 mod rotation;

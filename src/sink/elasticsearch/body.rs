@@ -16,10 +16,22 @@ pub struct Encoded {
     pub left_out: Vec<Option<String>>,
 }
 
+/// The longest `_id` Elasticsearch and OpenSearch take, in UTF-8 bytes: a longer one
+/// fails the whole `_bulk` request (400 `action_request_validation_exception`), so such a
+/// record is left out and dead-lettered on its own, never truncated.
+pub const MAX_ID_BYTES: usize = 512;
+
 pub fn encode(rows: &[Row], index: &[Part], op: BulkOp) -> Encoded {
     let mut body = Vec::with_capacity(rows.iter().map(|r| r.payload.len() + 64).sum());
     let mut left_out = Vec::with_capacity(rows.len());
     for row in rows {
+        if row.key.len() > MAX_ID_BYTES {
+            left_out.push(Some(format!(
+                "the key is {} bytes: an Elasticsearch _id holds at most {MAX_ID_BYTES}",
+                row.key.len()
+            )));
+            continue;
+        }
         let record: serde_json::Value = match serde_json::from_str(&row.payload) {
             Ok(v) => v,
             Err(e) => {
@@ -121,5 +133,19 @@ mod tests {
                 .unwrap()
                 .starts_with(r#"{"index":{"_id":"1","_index":"orders"}}"#)
         );
+    }
+
+    #[test]
+    fn a_key_longer_than_an_id_holds_is_left_out_whole() {
+        let index = parse_index("orders").unwrap();
+        let longest = "é".repeat(MAX_ID_BYTES / 2);
+        let rows = [row(&longest, "{}"), row(&format!("{longest}x"), "{}")];
+        let e = encode(&rows, &index, BulkOp::Create);
+        assert_eq!(e.left_out[0], None, "512 bytes fit");
+        assert_eq!(
+            e.left_out[1].as_deref(),
+            Some("the key is 513 bytes: an Elasticsearch _id holds at most 512")
+        );
+        assert_eq!(String::from_utf8(e.body).unwrap().lines().count(), 2);
     }
 }

@@ -99,12 +99,16 @@ pub fn convert(value: &Value, kind: &ColumnKind, coerce: Coerce) -> Result<Value
         (ColumnKind::Boolean, Value::Bool(_)) => Ok(value.clone()),
         (ColumnKind::Text, Value::String(_)) => Ok(value.clone()),
         (ColumnKind::Timestamptz, Value::String(s)) => {
-            if lenient || chrono::DateTime::parse_from_rfc3339(s).is_ok() {
-                Ok(value.clone())
-            } else {
-                Err(format!(
+            match chrono::DateTime::parse_from_rfc3339(s) {
+                _ if lenient => Ok(value.clone()),
+                // timestamptz keeps microseconds: finer digits would be rounded away.
+                Ok(at) if at.timestamp_subsec_nanos() % 1000 != 0 => Err(format!(
+                    "keeps microseconds: {s:?} has finer digits, which would be rounded"
+                )),
+                Ok(_) => Ok(value.clone()),
+                Err(_) => Err(format!(
                     "takes an RFC 3339 timestamp with an offset, not {s:?} (strict; [sink] coerce = \"lenient\" lets PostgreSQL parse it)"
-                ))
+                )),
             }
         }
         (ColumnKind::Other, Value::String(_)) => Ok(value.clone()),
@@ -244,6 +248,21 @@ mod tests {
             Ok(json("[\"p\",null]"))
         );
         assert!(convert(&json("\"2024-01-01\""), &ColumnKind::Timestamptz, strict).is_err());
+        let ts = ColumnKind::Timestamptz;
+        assert!(convert(&json("\"2024-01-01T10:00:00.123456Z\""), &ts, strict).is_ok());
+        assert!(
+            convert(
+                &json("\"2024-01-01T10:00:00.123456000+02:00\""),
+                &ts,
+                strict
+            )
+            .is_ok()
+        );
+        let nanos = convert(&json("\"2024-01-01T10:00:00.123456789Z\""), &ts, strict);
+        assert!(
+            nanos.unwrap_err().contains("rounded"),
+            "never rounded silently"
+        );
         assert!(
             convert(
                 &json("\"2024-01-01T10:00:00+02:00\""),

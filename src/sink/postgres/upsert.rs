@@ -4,7 +4,8 @@
 //! ON`, exact `numeric` comparison; PostgreSQL refuses to update one row twice in one
 //! statement), in key order, so two batches touching the same keys lock them in the same
 //! order and do not deadlock. `ON CONFLICT … DO UPDATE … WHERE stored < incoming` then
-//! applies a version only over an older one: `ON CONFLICT` locks the row and re-reads it,
+//! applies a version only over an older one (or over an equal one that holds another
+//! record: ties, see [`guarded`]): `ON CONFLICT` locks the row and re-reads it,
 //! so a version written meanwhile by another batch or worker is compared too. A delete is
 //! the same upsert with `deleted = true` (the row stays as the tombstone version), so an
 //! older version arriving after the delete is refused like any other stale write.
@@ -40,13 +41,39 @@ pub enum UpsertLayout {
     },
 }
 
-/// The tail both shapes share: apply only over an older version, and count what applied.
-fn guarded(returning: &str, insert: &str, key: &str, assign: &[String], version: &str) -> String {
+/// The tail both shapes share: apply over an older version, or over the same version
+/// when the row holds another record (`content`: the columns a write sets besides the
+/// version, compared as text, so every column type compares); count what applied.
+///
+/// The tie rule: on equal versions the later record in source order wins. Within a
+/// statement the later copy is kept (`newest`, `DISTINCT ON … n DESC`); across statements
+/// the later record is also the later write, since the pipeline writes a key's batches in
+/// source order (`pipeline::key_order`). A redelivered record finds its own content and
+/// is left alone (stale), so a replay after a crash rewrites nothing it had written, and an
+/// earlier record replayed over a later one is set right when the later one follows.
+fn guarded(
+    returning: &str,
+    insert: &str,
+    key: &str,
+    assign: &[String],
+    version: &str,
+    content: &[String],
+) -> String {
+    let text = |side: &str| {
+        content
+            .iter()
+            .map(|c| format!("{side}.{c}::text"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     format!(
         "{insert} ON CONFLICT ({key}) DO UPDATE SET {} \
          WHERE t.{version} IS NULL OR t.{version} < excluded.{version} \
+         OR (t.{version} = excluded.{version} AND ({}) IS DISTINCT FROM ({})) \
          RETURNING {returning}",
-        assign.join(", ")
+        assign.join(", "),
+        text("t"),
+        text("excluded"),
     )
 }
 
@@ -68,6 +95,7 @@ impl UpsertLayout {
                 "ingested_at = now()".into(),
             ],
             "version",
+            &["payload".into(), "source".into(), "deleted".into()],
         );
         UpsertLayout::Created {
             statement: format!(
@@ -104,6 +132,11 @@ impl UpsertLayout {
             .iter()
             .map(|n| format!("{n} = excluded.{n}"))
             .collect();
+        let content: Vec<String> = written
+            .iter()
+            .filter(|n| **n != quote(version_column))
+            .cloned()
+            .collect();
         let (key, version) = (quote(key_column), quote(version_column));
         let deleted = deleted_column.map_or("false".to_string(), |d| format!("t.{}", quote(d)));
         let apply = guarded(
@@ -116,6 +149,7 @@ impl UpsertLayout {
             &key,
             &assign,
             &version,
+            &content,
         );
         UpsertLayout::Mapped {
             statement: format!(
@@ -290,6 +324,10 @@ mod tests {
             sql.contains("WHERE t.version IS NULL OR t.version < excluded.version"),
             "{sql}"
         );
+        assert!(
+            sql.contains("OR (t.version = excluded.version AND (t.payload::text, t.source::text, t.deleted::text) IS DISTINCT FROM (excluded.payload::text, excluded.source::text, excluded.deleted::text))"),
+            "{sql}"
+        );
         let columns = vec![MappedColumn {
             name: "level".into(),
             pointer: "/level".into(),
@@ -315,5 +353,9 @@ mod tests {
             "{sql}"
         );
         assert!(sql.contains("t.\"rev\" < excluded.\"rev\""), "{sql}");
+        assert!(
+            sql.contains("OR (t.\"rev\" = excluded.\"rev\" AND (t.\"level\"::text, t.\"gone\"::text) IS DISTINCT FROM (excluded.\"level\"::text, excluded.\"gone\"::text))"),
+            "a tie applies over another record's content: {sql}"
+        );
     }
 }

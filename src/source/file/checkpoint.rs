@@ -36,6 +36,15 @@ enum Saved {
     One(Entry),
 }
 
+/// A checkpoint's bytes as entries, oldest first. Bytes that are no checkpoint (not UTF-8,
+/// not the JSON written) are refused alike, so a damaged file is ignored with a warning.
+pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, serde_json::Error> {
+    Ok(match serde_json::from_slice(bytes)? {
+        Saved::Files { files } => files,
+        Saved::One(entry) => vec![entry],
+    })
+}
+
 pub struct CheckpointFile {
     pub path: PathBuf,
 }
@@ -43,14 +52,13 @@ pub struct CheckpointFile {
 impl CheckpointFile {
     /// The saved entries, oldest first; none when there is no (readable) checkpoint.
     pub async fn load(&self) -> Result<Vec<Entry>, SourceError> {
-        let text = match tokio::fs::read_to_string(&self.path).await {
+        let bytes = match tokio::fs::read(&self.path).await {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(self.error(e)),
         };
-        match serde_json::from_str(&text) {
-            Ok(Saved::Files { files }) => Ok(files),
-            Ok(Saved::One(entry)) => Ok(vec![entry]),
+        match parse(&bytes) {
+            Ok(files) => Ok(files),
             Err(e) => {
                 tracing::warn!(
                     "ignoring unreadable checkpoint {}: {e}",

@@ -1,0 +1,173 @@
+//! The bodies of the fuzz targets: each reads bytes another system sent (a throttling
+//! answer's headers, an ingest API's or `_bulk`'s answer, a record, an input file, a
+//! checkpoint) the way the worker does, and checks what must hold whatever the bytes. No
+//! input may panic, hang or allocate without bound. `fuzz/fuzz_targets/*.rs` hand them to
+//! libFuzzer (`cargo fuzz run <target>`), and `tests/fuzz_corpora.rs` runs the same bodies
+//! over the committed corpora and over generated inputs in the ordinary test run.
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use serde_json::{Value, json};
+
+use crate::control::{quota_unit, retry_after};
+use crate::decode::Decoder;
+use crate::record::{Position, Record, Row, SourceContext};
+use crate::sink::elasticsearch::{answer, settings::BulkOp};
+use crate::sink::http::{contract::ResponseContract, response};
+use crate::sink::upsert::{Upsert, VersionFrom};
+use crate::source::file::fuzzing as file;
+
+/// A target's body: any bytes in, a panic when something that must hold does not.
+pub type Body = fn(&[u8]);
+
+/// Every target by name, for the corpora test and the fuzz crate.
+pub const TARGETS: &[(&str, Body)] = &[
+    ("throttle_headers", throttle_headers),
+    ("response_contract", response_contract),
+    ("bulk_answer", bulk_answer),
+    ("decode_record", decode_record),
+    ("file_lines", file::lines),
+    ("checkpoint", file::checkpoint),
+];
+
+/// `name: value` lines as a response's headers (lines that are no header are skipped),
+/// after a first line holding the status code.
+fn headers(text: &str) -> (StatusCode, HeaderMap) {
+    let mut lines = text.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.trim().parse::<u16>().ok())
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    let mut map = HeaderMap::new();
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.trim().as_bytes()),
+            HeaderValue::from_str(value.trim()),
+        ) {
+            map.append(n, v);
+        }
+    }
+    (status, map)
+}
+
+/// Retry-After (seconds, HTTP dates), `x-ms-retry-after-ms`, the RateLimit drafts and
+/// `RateLimit-Policy`'s unit: the wait asked for never exceeds the cap.
+pub fn throttle_headers(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let (status, map) = headers(&text);
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let cap = Duration::from_secs(30);
+    if let Some(wait) = retry_after::from_headers(&map, now, cap) {
+        assert!(wait <= cap, "{wait:?} over the cap");
+    }
+    let _ = retry_after::parse_retry_after(&text, now);
+    let _ = quota_unit::from_headers(&map);
+    let _ = response::classify(status, &map, data, 3, now, cap);
+}
+
+fn rows(n: usize) -> Vec<Row> {
+    (0..n)
+        .map(|i| Row {
+            key: format!("k{i}"),
+            payload: "{}".into(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// `[sink.response]` answers (Kinesis-like: one result per record; DynamoDB-like: the
+/// unprocessed ones by key): an answer read is one outcome per record, in order.
+pub fn response_contract(data: &[u8]) {
+    let contracts = [
+        json!({"results": "/Records", "status": "/ErrorCode", "message": "/ErrorMessage",
+               "throttled": ["ProvisionedThroughputExceededException"], "retry": ["InternalFailure"]}),
+        json!({"results": "/UnprocessedItems/T", "id": "/PutRequest/Item/id/S", "absent": "throttled"}),
+        json!({"results": "/items", "status": "/status", "written": [201], "duplicate": [409]}),
+    ];
+    for contract in contracts {
+        let contract: ResponseContract = serde_json::from_value(contract).expect("a contract");
+        for n in [0, 1, 3] {
+            if let Ok(outcomes) = contract.read(data, &rows(n)) {
+                assert_eq!(outcomes.len(), n, "one outcome per record");
+            }
+        }
+    }
+}
+
+/// `_bulk` answers: read, they hold exactly one outcome per action sent.
+pub fn bulk_answer(data: &[u8]) {
+    let items = serde_json::from_slice::<Value>(data)
+        .ok()
+        .and_then(|v| v.get("items").and_then(Value::as_array).map(Vec::len));
+    for op in [BulkOp::Create, BulkOp::Index] {
+        for sent in [0, 1, 3].into_iter().chain(items) {
+            if let Ok(outcomes) = answer::read(data, op, sent) {
+                assert_eq!(outcomes.len(), sent, "one outcome per action");
+            }
+        }
+    }
+}
+
+fn record(payload: &[u8], tombstone: bool) -> Record {
+    Record {
+        position: Position {
+            lane: 0,
+            start: 7,
+            end: 8,
+        },
+        origin: "in:1".into(),
+        fallback_key: "in:1".into(),
+        payload: payload.to_vec(),
+        oversize: None,
+        context: SourceContext {
+            key: payload.get(..payload.len().min(8)).map(<[u8]>::to_vec),
+            tombstone,
+            ..Default::default()
+        },
+    }
+}
+
+/// A record's JSON, key and version: a row has valid JSON, a key, and in upsert mode a
+/// version; a dead letter keeps the record's bytes and says why.
+pub fn decode_record(data: &[u8]) {
+    let upsert = Upsert {
+        version: VersionFrom::Pointer("/v".into()),
+        delete_on_tombstone: false,
+        delete_flag: Some("/gone".into()),
+    };
+    let by_offset = Upsert {
+        version: VersionFrom::Source,
+        delete_on_tombstone: true,
+        delete_flag: None,
+    };
+    let decoders = [
+        Decoder::new(Some("/id".into())),
+        Decoder::new(Some("/a/0/~1b".into())),
+        Decoder::new(None),
+        Decoder::new(Some("/id".into())).with_upsert(Some(upsert)),
+        Decoder::new(Some("@key".into())).with_upsert(Some(by_offset)),
+    ];
+    for decoder in &decoders {
+        for tombstone in [false, true] {
+            match decoder.decode(record(data, tombstone)) {
+                Ok(row) => {
+                    assert!(!row.key.is_empty(), "a row has a key");
+                    assert!(
+                        row.delete || serde_json::from_str::<Value>(&row.payload).is_ok(),
+                        "a row holds JSON"
+                    );
+                    assert_eq!(row.version.is_some(), decoder.is_upsert());
+                }
+                Err(letter) => {
+                    assert_eq!(letter.raw, data, "a letter keeps the record as it came");
+                    assert!(!letter.reason.is_empty());
+                }
+            }
+        }
+    }
+}
