@@ -4,58 +4,16 @@
 //! refused before anything starts.
 
 mod kafka_pg_support;
+mod mysql_support;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kafka_pg_support::common;
 use kafka_pg_support::{create_topic, delete_topic, finish, produce, start_worker};
+use mysql_support::{
+    LIMIT, ScratchServer, count, execute, file_config, letters, mysql, mysql_url, write_lines,
+};
 use sqlx::{Connection, MySqlConnection};
-
-const LIMIT: Duration = Duration::from_secs(120);
-
-fn mysql_url() -> String {
-    std::env::var("SLUICE_TEST_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://sluice:sluice@127.0.0.1:3306/sluice_test".into())
-}
-
-async fn mysql() -> MySqlConnection {
-    MySqlConnection::connect(&mysql_url())
-        .await
-        .expect("MariaDB is up (scripts/services.sh)")
-}
-
-async fn count(sql: &str) -> i64 {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()))
-        .fetch_one(&mut mysql().await)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-async fn execute(sql: &str) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
-        .execute(&mut mysql().await)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-/// A file → MariaDB config in `dir`.
-fn file_config(dir: &Path, url: &str, table: &str, extra: &str) {
-    std::fs::write(
-        dir.join("sluice.toml"),
-        format!(
-            "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n\
-             [sink]\nkind = \"mysql\"\nurl = \"{url}\"\ntable = \"{table}\"\nkey = \"/id\"\n{extra}\n\n\
-             [rate]\nrecords_per_second = 100000\ntick = \"200ms\"\n\n\
-             [retry]\nmin_delay = \"50ms\"\nmax_delay = \"500ms\"\nfactor = 2.0\nmax_attempts = 4\n"
-        ),
-    )
-    .unwrap();
-}
-
-fn write_lines(dir: &Path, lines: &[String]) {
-    std::fs::write(dir.join("in.ndjson"), lines.join("\n") + "\n").unwrap();
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_long_and_null_values_are_dead_lettered_with_their_error_numbers() {
@@ -64,7 +22,7 @@ async fn too_long_and_null_values_are_dead_lettered_with_their_error_numbers() {
     // An existing table with the sink's columns, whose trigger copies `name` into a
     // column of five characters that must not be NULL.
     execute(&format!(
-        "CREATE TABLE {table} (`key` VARCHAR(255) PRIMARY KEY, payload JSON NOT NULL, \
+        "CREATE TABLE {table} (`key` VARCHAR(255) COLLATE utf8mb4_nopad_bin PRIMARY KEY, payload JSON NOT NULL, \
            source TEXT, ingested_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
            name VARCHAR(5) NOT NULL)"
     ))
@@ -93,13 +51,7 @@ async fn too_long_and_null_values_are_dead_lettered_with_their_error_numbers() {
         "{s}"
     );
     assert_eq!(count(&format!("SELECT COUNT(*) FROM {table}")).await, 18);
-    let letters: Vec<(String, String)> = sqlx::query_as(
-        "SELECT `key`, reason FROM sluice_dead_letters WHERE target = ? ORDER BY `key`",
-    )
-    .bind(&table)
-    .fetch_all(&mut mysql().await)
-    .await
-    .unwrap();
+    let letters = letters(&table).await;
     assert_eq!(letters.len(), 2, "{letters:?}");
     assert_eq!(letters[0].0, "k13");
     assert!(letters[0].1.starts_with("MySQL error 1048"), "{letters:?}");
@@ -200,7 +152,7 @@ async fn a_deadlock_with_a_concurrent_transaction_is_retried_and_loses_nothing()
     let gate = format!("{table}_gate");
     let filler = format!("{table}_filler");
     execute(&format!(
-        "CREATE TABLE {table} (`key` VARCHAR(255) PRIMARY KEY, payload JSON NOT NULL, \
+        "CREATE TABLE {table} (`key` VARCHAR(255) COLLATE utf8mb4_nopad_bin PRIMARY KEY, payload JSON NOT NULL, \
            source TEXT, ingested_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)); \
          CREATE TABLE {gate} (id INT PRIMARY KEY, n INT NOT NULL); \
          INSERT INTO {gate} VALUES (1, 0), (2, 0); \
@@ -359,117 +311,6 @@ async fn kafka_to_mariadb_killed_and_rerun_writes_each_record_once() {
     delete_topic(&topic);
 }
 
-/// A MariaDB server of the test's own (its own data directory and port) that it may kill
-/// and start again without disturbing the shared server other tests use. Small: a 4 MB
-/// redo log, a 16 MB buffer pool, no binary log.
-struct ScratchServer {
-    dir: tempfile::TempDir,
-    port: u16,
-    server: Option<std::process::Child>,
-}
-
-impl ScratchServer {
-    const OPTIONS: [&str; 5] = [
-        "--no-defaults",
-        "--user=root",
-        "--innodb-log-file-size=4M",
-        "--innodb-data-file-path=ibdata1:4M:autoextend",
-        "--skip-log-bin",
-    ];
-
-    async fn create() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let datadir = dir.path().join("data");
-        let out = std::process::Command::new("mariadb-install-db")
-            .args(Self::OPTIONS)
-            .arg(format!("--datadir={}", datadir.display()))
-            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
-            .output()
-            .expect("mariadb-install-db (scripts/services.sh installs MariaDB)");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut scratch = ScratchServer {
-            dir,
-            port: common::free_port(),
-            server: None,
-        };
-        scratch.start().await;
-        sqlx::raw_sql("CREATE DATABASE sluice_test")
-            .execute(&mut scratch.connect().await)
-            .await
-            .unwrap();
-        scratch
-    }
-
-    fn url(&self) -> String {
-        format!("mysql://root@127.0.0.1:{}/sluice_test", self.port)
-    }
-
-    async fn connect(&self) -> MySqlConnection {
-        MySqlConnection::connect(&format!("mysql://root@127.0.0.1:{}", self.port))
-            .await
-            .unwrap()
-    }
-
-    /// Starts the server on its data directory and waits until it answers.
-    async fn start(&mut self) {
-        let dir = self.dir.path();
-        let mariadbd = ["/usr/sbin/mariadbd", "/usr/sbin/mysqld"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-            .unwrap_or("mariadbd");
-        let log = std::fs::File::create(dir.join("server.log")).unwrap();
-        self.server = Some(
-            std::process::Command::new(mariadbd)
-                .args(Self::OPTIONS)
-                .arg(format!("--datadir={}", dir.join("data").display()))
-                .arg(format!("--port={}", self.port))
-                .arg(format!("--socket={}", dir.join("sock").display()))
-                .arg(format!("--pid-file={}", dir.join("pid").display()))
-                .args(["--bind-address=127.0.0.1", "--innodb-buffer-pool-size=16M"])
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .expect("mariadbd starts"),
-        );
-        let started = Instant::now();
-        let admin = format!("mysql://root@127.0.0.1:{}", self.port);
-        while MySqlConnection::connect(&admin).await.is_err() {
-            assert!(
-                started.elapsed() < LIMIT,
-                "the scratch server did not come up: {}",
-                std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// SIGKILL: a crash, no chance to finish a statement or close a connection.
-    fn kill(&mut self) {
-        if let Some(mut server) = self.server.take() {
-            server.kill().unwrap();
-            server.wait().unwrap();
-        }
-    }
-
-    async fn count(&self, sql: &str) -> i64 {
-        let mut conn = MySqlConnection::connect(&self.url()).await.unwrap();
-        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()))
-            .fetch_one(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
-    }
-}
-
-impl Drop for ScratchServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// The server killed (SIGKILL) while a statement of the worker is in flight, and started
 /// again: the statement's connection breaks, the rows are sent again, nothing is lost or
 /// doubled. The statement is held in flight by another transaction's uncommitted row
@@ -480,7 +321,7 @@ async fn the_server_killed_and_restarted_mid_run_loses_nothing() {
     let mut server = ScratchServer::create().await;
     let mut other = server.connect().await;
     sqlx::raw_sql(
-        "CREATE TABLE sluice_test.records (`key` VARCHAR(255) NOT NULL PRIMARY KEY, \
+        "CREATE TABLE sluice_test.records (`key` VARCHAR(255) COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY, \
            payload JSON NOT NULL, source TEXT, \
            ingested_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)); \
          BEGIN; \
@@ -583,13 +424,7 @@ async fn an_existing_table_takes_mapped_columns_and_refuses_what_they_cannot_hol
         serde_json::from_str::<serde_json::Value>(&doc).unwrap()["id"],
         "o3"
     );
-    let letters: Vec<(String, String)> = sqlx::query_as(
-        "SELECT `key`, reason FROM sluice_dead_letters WHERE target = ? ORDER BY `key`",
-    )
-    .bind(&table)
-    .fetch_all(&mut mysql().await)
-    .await
-    .unwrap();
+    let letters = letters(&table).await;
     let reasons: Vec<(&str, &str)> = letters
         .iter()
         .map(|(k, r)| (k.as_str(), r.as_str()))

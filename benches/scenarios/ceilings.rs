@@ -248,7 +248,7 @@ fn file_mariadb(records: usize) -> Vec<Ceiling> {
 async fn raw_mariadb_insert(url: &str, input: &Path, table: &str) -> f64 {
     let mut conn = MySqlConnection::connect(url).await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE TABLE {table} (`key` VARCHAR(255) NOT NULL PRIMARY KEY, payload JSON NOT NULL, \
+        "CREATE TABLE {table} (`key` VARCHAR(255) COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY, payload JSON NOT NULL, \
            source TEXT, ingested_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) \
          ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
     )))

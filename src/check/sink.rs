@@ -48,10 +48,7 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
             SinkKind::Http | SinkKind::Elasticsearch => {
                 within(timeout, http(config, &url, timeout)).await
             }
-            SinkKind::Mysql => {
-                let tables = [sink.table.as_str(), "sluice_dead_letters"];
-                within(timeout, crate::sink::mysql::check(&url, &tables)).await
-            }
+            SinkKind::Mysql => within(timeout, crate::sink::mysql::check(sink, &url)).await,
         };
         probes.push(Probe {
             what: format!("sink {url}"),

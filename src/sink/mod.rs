@@ -15,6 +15,7 @@ pub mod private_file;
 pub mod settings;
 pub mod sqlite;
 pub mod upsert;
+pub mod url_parameters;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,14 +2,16 @@
 //! each mapped column the value at its JSON pointer. Values travel as text for the server
 //! to convert in strict mode, so a value its column cannot hold is an error (dead-lettered
 //! with its number), never a silently truncated or zeroed one — except a fraction, which
-//! MySQL rounds into an integer column: a JSON number for one is checked here.
+//! MySQL rounds into an integer column (a JSON number for one is checked here), and a time
+//! with an offset or more fractional digits than its column keeps (see `datetime`).
 
 use serde_json::Value;
 use sqlx::MySqlConnection;
 
-use super::{identifier_of, reason};
+use super::tables::compares_bytes;
+use super::{datetime, identifier_of, reason};
 use crate::record::Row;
-use crate::sink::postgres::coerce::integer;
+use crate::sink::postgres::coerce::integer_within;
 
 /// One mapped column and where its value comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,18 +28,26 @@ pub enum ColumnKind {
     /// MySQL's `JSON`, MariaDB's `JSON` alias (LONGTEXT with its `json_valid` check): any
     /// value as JSON text, a string included.
     Json,
-    /// TINYINT … BIGINT: a JSON number must be integral and within `min..=max`.
-    Integer { min: i64, max: i64 },
+    /// TINYINT … BIGINT, signed or unsigned: a JSON number must be integral and within
+    /// `min..=max`.
+    Integer { min: i128, max: i128 },
+    /// DATETIME(p) and TIMESTAMP(p): a string is sent in the column's form.
+    DateTime { precision: u32 },
     /// Anything else: the server converts the text.
     Other,
 }
 
 impl ColumnKind {
-    /// From `information_schema.COLUMNS`' DATA_TYPE and COLUMN_TYPE.
-    fn of(data_type: &str, column_type: &str) -> Self {
+    /// From `information_schema.COLUMNS`' DATA_TYPE, COLUMN_TYPE and DATETIME_PRECISION.
+    fn of(data_type: &str, column_type: &str, precision: Option<u32>) -> Self {
         let unsigned = column_type.to_ascii_lowercase().contains("unsigned");
         let bits = match data_type.to_ascii_lowercase().as_str() {
             "json" => return ColumnKind::Json,
+            "datetime" | "timestamp" => {
+                return ColumnKind::DateTime {
+                    precision: precision.unwrap_or(0),
+                };
+            }
             "tinyint" => 8,
             "smallint" => 16,
             "mediumint" => 24,
@@ -45,11 +55,9 @@ impl ColumnKind {
             "bigint" => 64,
             _ => return ColumnKind::Other,
         };
-        let (min, max) = match (unsigned, bits) {
-            // An unsigned BIGINT above i64::MAX is refused: rarely met, and exactness first.
-            (true, 64) => (0, i64::MAX),
-            (true, b) => (0, (1i64 << b) - 1),
-            (false, b) => (-(1i128 << (b - 1)) as i64, ((1i128 << (b - 1)) - 1) as i64),
+        let (min, max) = match unsigned {
+            true => (0, (1i128 << bits) - 1),
+            false => (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1),
         };
         ColumnKind::Integer { min, max }
     }
@@ -59,6 +67,9 @@ impl ColumnKind {
 pub struct Mapping {
     pub key_column: String,
     pub columns: Vec<MappedColumn>,
+    /// The key column's collation when it holds distinct keys equal (case, accents,
+    /// trailing spaces): such a record collides with the stored key and is dead-lettered.
+    pub merging_collation: Option<String>,
 }
 
 impl Mapping {
@@ -96,7 +107,10 @@ fn text(value: &Value, kind: &ColumnKind) -> Result<Option<String>, String> {
         (Value::Null, _) => None,
         (_, ColumnKind::Json) => Some(value.to_string()),
         (Value::Number(n), ColumnKind::Integer { min, max }) => {
-            Some(integer(&n.to_string(), *min, *max)?.to_string())
+            Some(integer_within(&n.to_string(), *min, *max)?.to_string())
+        }
+        (Value::String(s), ColumnKind::DateTime { precision }) => {
+            Some(datetime::column_text(s, *precision)?)
         }
         (Value::String(s), _) => Some(s.clone()),
         (Value::Bool(b), _) => Some(if *b { "1" } else { "0" }.into()),
@@ -114,8 +128,9 @@ pub async fn inspect(
     columns: &[(String, String)],
 ) -> Result<Mapping, String> {
     let (schema, name) = identifier_of(table);
-    let present: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT CAST(COLUMN_NAME AS CHAR), CAST(DATA_TYPE AS CHAR), CAST(COLUMN_TYPE AS CHAR) \
+    let present: Vec<Column> = sqlx::query_as(
+        "SELECT CAST(COLUMN_NAME AS CHAR), CAST(DATA_TYPE AS CHAR), CAST(COLUMN_TYPE AS CHAR), \
+           CAST(DATETIME_PRECISION AS UNSIGNED), CAST(COLLATION_NAME AS CHAR) \
          FROM information_schema.COLUMNS \
          WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
     )
@@ -130,7 +145,7 @@ pub async fn inspect(
         ));
     }
     // Column names are case-insensitive in MySQL.
-    let find = |c: &str| present.iter().find(|(p, _, _)| p.eq_ignore_ascii_case(c));
+    let find = |c: &str| present.iter().find(|p| p.0.eq_ignore_ascii_case(c));
     let wanted = std::iter::once(key_column).chain(columns.iter().map(|(c, _)| c.as_str()));
     let missing: Vec<&str> = wanted.filter(|c| find(c).is_none()).collect();
     if !missing.is_empty() {
@@ -179,12 +194,14 @@ pub async fn inspect(
     let columns = columns
         .iter()
         .map(|(column, pointer)| {
-            let (present, data_type, column_type) = find(column).expect("checked above");
+            let (present, data_type, column_type, precision, _) =
+                find(column).expect("checked above");
             let json_valid = format!("json_valid(`{present}`)");
             let kind = if checks.iter().any(|c| c.eq_ignore_ascii_case(&json_valid)) {
                 ColumnKind::Json
             } else {
-                ColumnKind::of(data_type, column_type)
+                let precision = precision.and_then(|p| u32::try_from(p).ok());
+                ColumnKind::of(data_type, column_type, precision)
             };
             MappedColumn {
                 name: column.clone(),
@@ -193,11 +210,17 @@ pub async fn inspect(
             }
         })
         .collect();
+    let collation = find(key_column).and_then(|c| c.4.clone());
     Ok(Mapping {
         key_column: key_column.to_string(),
         columns,
+        merging_collation: collation.filter(|c| !compares_bytes(Some(c))),
     })
 }
+
+/// A column as `information_schema.COLUMNS` describes it: name, DATA_TYPE, COLUMN_TYPE,
+/// DATETIME_PRECISION, COLLATION_NAME.
+type Column = (String, String, String, Option<u64>, Option<String>);
 
 #[cfg(test)]
 mod tests {
@@ -226,6 +249,7 @@ mod tests {
                 column("name_json", "/name", true),
                 column("doc", "", true),
             ],
+            merging_collation: None,
         };
         let row = Row {
             key: "7".into(),
@@ -268,26 +292,7 @@ mod tests {
 
     #[test]
     fn integer_columns_refuse_fractions_that_mysql_would_round() {
-        let int = ColumnKind::of("int", "int(11)");
-        assert_eq!(
-            int,
-            ColumnKind::Integer {
-                min: i32::MIN.into(),
-                max: i32::MAX.into()
-            }
-        );
-        assert_eq!(
-            ColumnKind::of("tinyint", "tinyint(3) unsigned"),
-            ColumnKind::Integer { min: 0, max: 255 }
-        );
-        assert_eq!(
-            ColumnKind::of("bigint", "bigint(20)"),
-            ColumnKind::Integer {
-                min: i64::MIN,
-                max: i64::MAX
-            }
-        );
-        assert_eq!(ColumnKind::of("varchar", "varchar(5)"), ColumnKind::Other);
+        let int = ColumnKind::of("int", "int(11)", None);
         let json = |t: &str| serde_json::from_str::<Value>(t).unwrap();
         assert_eq!(text(&json("1e3"), &int).unwrap().as_deref(), Some("1000"));
         assert_eq!(text(&json("\"12\""), &int).unwrap().as_deref(), Some("12"));
@@ -301,5 +306,61 @@ mod tests {
             text(&json("12.5"), &ColumnKind::Other).unwrap().as_deref(),
             Some("12.5")
         );
+    }
+
+    #[test]
+    fn every_integer_width_and_signedness_takes_its_whole_range() {
+        let json = |t: &str| serde_json::from_str::<Value>(t).unwrap();
+        for (data_type, bits) in [
+            ("tinyint", 8),
+            ("smallint", 16),
+            ("mediumint", 24),
+            ("int", 32),
+            ("integer", 32),
+            ("bigint", 64),
+        ] {
+            let signed = ColumnKind::of(data_type, &format!("{data_type}(20)"), None);
+            let unsigned = ColumnKind::of(data_type, &format!("{data_type}(20) unsigned"), None);
+            let (low, high) = (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1);
+            let most = (1i128 << bits) - 1;
+            for (kind, fits, beyond) in [
+                (&signed, [low, high], [low - 1, high + 1]),
+                (&unsigned, [0, most], [-1, most + 1]),
+            ] {
+                for v in fits {
+                    let sent = text(&json(&v.to_string()), kind).unwrap();
+                    assert_eq!(sent, Some(v.to_string()), "{data_type} {kind:?}");
+                }
+                for v in beyond {
+                    let e = text(&json(&v.to_string()), kind).unwrap_err();
+                    assert!(e.contains("out of range"), "{data_type} {v}: {e}");
+                }
+            }
+        }
+        let zerofill = ColumnKind::of("bigint", "bigint(20) unsigned zerofill", None);
+        assert_eq!(
+            text(&json("18446744073709551615"), &zerofill)
+                .unwrap()
+                .as_deref(),
+            Some("18446744073709551615")
+        );
+        assert_eq!(
+            ColumnKind::of("varchar", "varchar(5)", None),
+            ColumnKind::Other
+        );
+    }
+
+    #[test]
+    fn time_columns_get_utc_in_their_precision() {
+        let kind = ColumnKind::of("timestamp", "timestamp(3)", Some(3));
+        assert_eq!(kind, ColumnKind::DateTime { precision: 3 });
+        let json = |t: &str| serde_json::from_str::<Value>(t).unwrap();
+        assert_eq!(
+            text(&json("\"2024-01-02T03:04:05.5+01:00\""), &kind)
+                .unwrap()
+                .as_deref(),
+            Some("2024-01-02 02:04:05.500")
+        );
+        assert!(text(&json("\"2024-01-02T03:04:05.5555Z\""), &kind).is_err());
     }
 }

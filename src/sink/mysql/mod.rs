@@ -1,12 +1,16 @@
 //! MySQL / MariaDB: a connection pool in strict SQL mode, a batch written as multi-row
-//! `INSERT … ON DUPLICATE KEY UPDATE` statements under `max_allowed_packet` (one
-//! transaction when it takes several), and errors sorted by MySQL error number so the
-//! delivery knows whether to wait, retry, split or stop.
+//! `INSERT … ON DUPLICATE KEY UPDATE` statements under `max_allowed_packet` in one
+//! transaction, and errors sorted by MySQL error number so the delivery knows whether to
+//! wait, retry, split or stop.
 
+pub mod check;
+mod datetime;
+mod dead_letters;
 pub mod errno;
 pub mod mapping;
 pub mod settings;
 pub mod statement;
+pub mod tables;
 
 use std::time::Duration;
 
@@ -14,12 +18,13 @@ use async_trait::async_trait;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptions};
 use sqlx::{Connection, Executor, SqlSafeStr};
 
+pub use self::check::check;
 use self::errno::{ErrorClass, classify};
 use self::mapping::Mapping;
-use self::statement::{DUPLICATES_VARIABLE, Oversized};
-use super::dead_letters::headers_json;
+use self::statement::{COLLISIONS_VARIABLE, DUPLICATES_VARIABLE, Oversized};
+use self::tables::Created;
 use super::identifier::backtick;
-use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
+use super::{Sink, SinkError, WriteOutcome};
 use crate::record::{DeadLetter, Row};
 use crate::sink::settings::SinkSettings;
 
@@ -30,7 +35,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 const PACKET_MARGIN: usize = 4096;
 
 /// The columns of the table sluice creates, in the order a row binds them.
-const CREATED_COLUMNS: [&str; 3] = ["key", "payload", "source"];
+pub const CREATED_COLUMNS: [&str; 3] = ["key", "payload", "source"];
 
 pub struct MysqlSink {
     pool: MySqlPool,
@@ -58,62 +63,76 @@ impl MysqlSink {
             return Err(fail(&"the settings are not of a MySQL sink"));
         };
         let options = settings::connect_options(&sink.url).map_err(|e| fail(&e))?;
+        // One connection of its own for everything start-up does, made directly: its
+        // error is the server's answer ("Connection refused") at once, where the pool
+        // would retry for ACQUIRE_TIMEOUT and then say only that it timed out. Closed
+        // before the pool opens any, so a user allowed a single connection can run.
+        let mut conn = match MySqlConnection::connect_with(&options).await {
+            Ok(conn) => conn,
+            // Waited for only when the server answered "not now" (too many connections):
+            // one that cannot be reached at all at start may not exist.
+            Err(e) => {
+                return Err(SinkError {
+                    not_now: matches!(e, sqlx::Error::Database(_))
+                        && matches!(
+                            judge(&e, &own.throttle_errors),
+                            WriteOutcome::Unavailable(_) | WriteOutcome::Throttled { .. }
+                        ),
+                    ..fail(&connect_error(&e))
+                });
+            }
+        };
+        start_session(&mut conn)
+            .await
+            .map_err(|e| fail(&reason(&e)))?;
+        let quoted = backtick(&sink.table);
+        let mapping = mapped(&mut conn, sink).await.map_err(|e| fail(&e))?;
+        if let Some(collation) = mapping.as_ref().and_then(|m| m.merging_collation.as_ref()) {
+            tracing::warn!("{}", merging_key(sink, collation));
+        }
+        let columns = statement_columns(mapping.as_ref());
+        let create_records = match &mapping {
+            Some(_) => false,
+            None => match tables::created(&mut conn, &sink.table)
+                .await
+                .map_err(|e| fail(&e))?
+            {
+                Created::Missing => true,
+                Created::Present => false,
+                Created::MergesKeys { collation, alter } => {
+                    return Err(fail(&tables::merges_keys(&sink.table, &collation, &alter)));
+                }
+            },
+        };
+        tables::create_missing(&mut conn, create_records.then_some(quoted.as_str()))
+            .await
+            .map_err(|e| fail(&e))?;
+        let packet: u64 = sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS UNSIGNED)")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| fail(&reason(&e)))?;
+        // What start-up promises: the statements every batch and every dead letter run
+        // are valid for these tables and this user may run them (the server checks the
+        // rights a statement needs when it prepares it).
+        for sql in [
+            statement::insert(&quoted, &columns, 1),
+            dead_letters::insert(1),
+        ] {
+            conn.prepare(sqlx::AssertSqlSafe(sql).into_sql_str())
+                .await
+                .map_err(|e| {
+                    fail(&format!(
+                        "the insert statement does not prepare: {}",
+                        reason(&e)
+                    ))
+                })?;
+        }
+        let _ = conn.close().await;
         let pool = MySqlPoolOptions::new()
             .max_connections(opening.most_in_flight as u32 + 1)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .after_connect(|conn, _| Box::pin(async move { start_session(conn).await }))
             .connect_lazy_with(options);
-        // One connection for everything start-up does: a user allowed a single
-        // connection must not be refused a second one here.
-        let mut conn = pool
-            .acquire()
-            .await
-            // Waited for only when the server answered "not now" (too many connections):
-            // one that cannot be reached at all at start may not exist.
-            .map_err(|e| SinkError {
-                not_now: matches!(e, sqlx::Error::Database(_))
-                    && matches!(
-                        judge(&e, &own.throttle_errors),
-                        WriteOutcome::Unavailable(_) | WriteOutcome::Throttled { .. }
-                    ),
-                ..fail(&reason(&e))
-            })?;
-        let quoted = backtick(&sink.table);
-        let mapping = match &own.columns {
-            None => None,
-            Some(columns) => {
-                let columns: Vec<(String, String)> = columns
-                    .iter()
-                    .map(|(c, p)| (c.clone(), p.clone()))
-                    .collect();
-                let key_column = sink.key_column();
-                let mapping = mapping::inspect(&mut conn, &sink.table, key_column, &columns)
-                    .await
-                    .map_err(|e| fail(&e))?;
-                Some(mapping)
-            }
-        };
-        let columns: Vec<String> = match &mapping {
-            None => CREATED_COLUMNS.iter().map(|c| backtick(c)).collect(),
-            Some(m) => m.names().map(backtick).collect(),
-        };
-        create_tables(&mut conn, mapping.is_none().then_some(quoted.as_str()))
-            .await
-            .map_err(|e| fail(&reason(&e)))?;
-        let packet: u64 = sqlx::query_scalar("SELECT CAST(@@max_allowed_packet AS UNSIGNED)")
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(|e| fail(&reason(&e)))?;
-        // What start-up promises: the statement every batch runs is valid for this table.
-        conn.prepare(sqlx::AssertSqlSafe(statement::insert(&quoted, &columns, 1)).into_sql_str())
-            .await
-            .map_err(|e| {
-                fail(&format!(
-                    "the insert statement does not prepare: {}",
-                    reason(&e)
-                ))
-            })?;
-        drop(conn);
         Ok(MysqlSink {
             pool,
             quoted,
@@ -127,42 +146,71 @@ impl MysqlSink {
         })
     }
 
-    /// Writes the runs (in one transaction when there are several) and returns how many
-    /// rows were duplicates.
+    /// Writes the runs in one transaction. A record that met a stored row of another key
+    /// on a unique index (a collision, counted by the statement's update) is not a
+    /// duplicate: the transaction is rolled back and the record found (the batch split
+    /// down to it) and refused with the server's own words, which name the index.
     async fn insert(
         &self,
         conn: &mut MySqlConnection,
         batch: &Batch<'_>,
         runs: &[std::ops::Range<usize>],
-    ) -> Result<u64, sqlx::Error> {
-        conn.execute(sqlx::AssertSqlSafe(format!(
-            "SET {DUPLICATES_VARIABLE} = 0"
-        )))
-        .await?;
-        if let [run] = runs {
-            self.insert_run(&mut *conn, batch, run.clone()).await?;
-        } else {
-            let mut tx = conn.begin().await?;
-            for run in runs {
-                self.insert_run(&mut tx, batch, run.clone()).await?;
-            }
-            tx.commit().await?;
+    ) -> Result<WriteOutcome, sqlx::Error> {
+        let mut tx = conn
+            .begin_with(sqlx::AssertSqlSafe(format!(
+                "SET {DUPLICATES_VARIABLE} = 0, {COLLISIONS_VARIABLE} = 0; BEGIN"
+            )))
+            .await?;
+        for run in runs {
+            self.insert_run(&mut tx, batch, run.clone(), true).await?;
         }
-        let duplicates: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT CAST({DUPLICATES_VARIABLE} AS SIGNED)"
+        let (duplicates, collisions): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT CAST({DUPLICATES_VARIABLE} AS SIGNED), CAST({COLLISIONS_VARIABLE} AS SIGNED)"
         )))
-        .fetch_one(&mut *conn)
+        .fetch_one(&mut *tx)
         .await?;
-        Ok(duplicates.max(0) as u64)
+        if collisions == 0 {
+            tx.commit().await?;
+            let (rows, duplicates) = (batch.len() as u64, duplicates.max(0) as u64);
+            return Ok(WriteOutcome::Written {
+                inserted: rows - duplicates.min(rows),
+                duplicates,
+            });
+        }
+        let outcome = if batch.len() > 1 {
+            WriteOutcome::Rejected {
+                rows: None,
+                reason: format!(
+                    "{collisions} record(s) collide with stored rows of other keys on a unique index"
+                ),
+            }
+        } else {
+            // Alone, without the update: the server says which index it collides on.
+            match self.insert_run(&mut tx, batch, 0..1, false).await {
+                Err(e) => judge(&e, &self.throttle_errors),
+                Ok(()) => WriteOutcome::Transient(
+                    "the record collided on a unique index with a row that is gone now".into(),
+                ),
+            }
+        };
+        tx.rollback().await?;
+        Ok(outcome)
     }
 
+    /// Inserts rows `run` of the batch; `absorbing`: with the update that absorbs a
+    /// redelivered key, else as a plain insert.
     async fn insert_run(
         &self,
         conn: &mut MySqlConnection,
         batch: &Batch<'_>,
         run: std::ops::Range<usize>,
+        absorbing: bool,
     ) -> Result<(), sqlx::Error> {
-        let sql = statement::insert(&self.quoted, &self.columns, run.len());
+        let sql = if absorbing {
+            statement::insert(&self.quoted, &self.columns, run.len())
+        } else {
+            statement::plain_insert(&self.quoted, &self.columns, run.len())
+        };
         let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
         match batch {
             Batch::Created(rows) => {
@@ -183,39 +231,43 @@ impl MysqlSink {
         }
         query.execute(conn).await.map(drop)
     }
+}
 
-    async fn insert_dead_letters(
-        &self,
-        conn: &mut MySqlConnection,
-        letters: &[DeadLetter],
-    ) -> Result<(), sqlx::Error> {
-        let mut sql = String::from(
-            "INSERT INTO sluice_dead_letters \
-             (fingerprint, position, `key`, raw, reason, attempts, target, source_key, headers) VALUES ",
-        );
-        for i in 0..letters.len() {
-            sql.push_str(if i == 0 {
-                "(?,?,?,?,?,?,?,?,?)"
-            } else {
-                ",(?,?,?,?,?,?,?,?,?)"
-            });
-        }
-        sql.push_str(" ON DUPLICATE KEY UPDATE fingerprint = fingerprint");
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for letter in letters {
-            query = query
-                .bind(dead_letter_fingerprint(&self.table, letter))
-                .bind(letter.origin.as_str())
-                .bind(letter.key.as_deref())
-                .bind(letter.raw.as_slice())
-                .bind(letter.reason.as_str())
-                .bind(i32::try_from(letter.attempts).unwrap_or(i32::MAX))
-                .bind(self.table.as_str())
-                .bind(letter.context.key.as_deref())
-                .bind(headers_json(&letter.context));
-        }
-        query.execute(conn).await.map(drop)
+/// The existing table `[sink.columns]` maps, inspected; `None`: the table sluice creates.
+async fn mapped(
+    conn: &mut MySqlConnection,
+    sink: &SinkSettings,
+) -> Result<Option<Mapping>, String> {
+    let Some(columns) = sink.columns() else {
+        return Ok(None);
+    };
+    let columns: Vec<(String, String)> = columns
+        .iter()
+        .map(|(c, p)| (c.clone(), p.clone()))
+        .collect();
+    mapping::inspect(conn, &sink.table, sink.key_column(), &columns)
+        .await
+        .map(Some)
+}
+
+/// The insert statement's columns, quoted, the key's first.
+fn statement_columns(mapping: Option<&Mapping>) -> Vec<String> {
+    match mapping {
+        None => CREATED_COLUMNS.iter().map(|c| backtick(c)).collect(),
+        Some(m) => m.names().map(backtick).collect(),
     }
+}
+
+/// What a mapped key column whose collation merges keys means, for the log and `check`.
+/// Warned, not refused: the table is the user's, its collation may be meant (ids that are
+/// case-insensitive by design), and no record is lost — one whose key the index holds
+/// equal to a stored one of other bytes collides and is dead-lettered.
+fn merging_key(sink: &SinkSettings, collation: &str) -> String {
+    format!(
+        "column {} of {} compares keys by {collation}, which holds keys that differ in case, accents or trailing spaces equal: a record whose key equals a stored one only so is dead-lettered (MySQL error 1062), not merged into it; a binary collation (utf8mb4_nopad_bin) keeps such keys apart",
+        sink.key_column(),
+        sink.table
+    )
 }
 
 /// A batch's values as its statements bind them.
@@ -227,6 +279,13 @@ enum Batch<'a> {
 }
 
 impl Batch<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Batch::Created(rows) => rows.len(),
+            Batch::Mapped(rows) => rows.len(),
+        }
+    }
+
     /// Each row's bytes of values, and how many values a row has.
     fn sizes(&self) -> (Vec<usize>, usize) {
         match self {
@@ -327,6 +386,12 @@ fn judge(err: &sqlx::Error, throttle_errors: &[u16]) -> WriteOutcome {
                 ErrorClass::Unexplained => WriteOutcome::Unexplained(why),
             }
         }
+        // A certificate refused either way is no outage: waiting cannot fix it.
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_)
+            if crate::tls::certificate_refused(err).is_some() =>
+        {
+            WriteOutcome::Fatal(connect_error(err))
+        }
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
@@ -337,70 +402,14 @@ fn judge(err: &sqlx::Error, throttle_errors: &[u16]) -> WriteOutcome {
     }
 }
 
-/// Creates the records table (when sluice owns its shape; `quoted`) and the dead-letter
-/// table when missing. A key longer than 255 characters is refused by the server (error
-/// 1406) and dead-lettered.
-async fn create_tables(
-    conn: &mut MySqlConnection,
-    quoted: Option<&str>,
-) -> Result<(), sqlx::Error> {
-    if let Some(quoted) = quoted {
-        let ddl = format!(
-            "CREATE TABLE IF NOT EXISTS {quoted} (
-            `key` VARCHAR(255) NOT NULL PRIMARY KEY,
-            `payload` JSON NOT NULL,
-            `source` TEXT,
-            `ingested_at` TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
-        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
-        );
-        conn.execute(sqlx::AssertSqlSafe(ddl)).await?;
+/// Why a connection could not be made, as `run` and `check` say it: the server's own
+/// words (`Connection refused`, `Access denied … (using password: YES)`), or what the
+/// TLS handshake refused.
+fn connect_error(err: &sqlx::Error) -> String {
+    match crate::tls::certificate_refused(err) {
+        Some(why) => format!("TLS handshake failed: {why}"),
+        None => reason(err),
     }
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS sluice_dead_letters (
-            id BIGINT AUTO_INCREMENT PRIMARY KEY,
-            fingerprint CHAR(32) NOT NULL UNIQUE,
-            position TEXT NOT NULL,
-            `key` MEDIUMTEXT,
-            raw LONGBLOB NOT NULL,
-            reason TEXT NOT NULL,
-            attempts INT NOT NULL,
-            failed_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-            target TEXT,
-            source_key BLOB,
-            headers MEDIUMTEXT
-        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4",
-    )
-    .await?;
-    Ok(())
-}
-
-/// Readiness and `sluice check`: whether the server answers and the tables exist.
-pub async fn check(url: &str, tables: &[&str]) -> Result<String, String> {
-    let options = settings::connect_options(url)?;
-    let mut conn = MySqlConnection::connect_with(&options)
-        .await
-        .map_err(|e| format!("cannot connect: {}", reason(&e)))?;
-    let mut missing = Vec::new();
-    for table in tables {
-        let (schema, name) = identifier_of(table);
-        let present: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.tables \
-             WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?",
-        )
-        .bind(schema)
-        .bind(name)
-        .fetch_one(&mut conn)
-        .await
-        .map_err(|e| reason(&e))?;
-        if present == 0 {
-            missing.push(*table);
-        }
-    }
-    Ok(if missing.is_empty() {
-        "answers; tables present".into()
-    } else {
-        format!("answers; will create {}", missing.join(", "))
-    })
 }
 
 #[async_trait]
@@ -435,10 +444,7 @@ impl Sink for MysqlSink {
             Err(e) => return judge(&e, &self.throttle_errors),
         };
         match self.insert(&mut conn, &batch, &runs).await {
-            Ok(duplicates) => WriteOutcome::Written {
-                inserted: rows.len() as u64 - duplicates.min(rows.len() as u64),
-                duplicates,
-            },
+            Ok(outcome) => outcome,
             Err(e) => {
                 // Its duplicate counter and transaction state are unknown now; and after
                 // an outage it may point at a server that is no longer the primary.
@@ -453,7 +459,7 @@ impl Sink for MysqlSink {
             Ok(c) => c,
             Err(e) => return judge(&e, &self.throttle_errors),
         };
-        match self.insert_dead_letters(&mut conn, letters).await {
+        match dead_letters::store(&mut conn, &self.table, letters, self.budget).await {
             Ok(()) => WriteOutcome::Written {
                 inserted: letters.len() as u64,
                 duplicates: 0,

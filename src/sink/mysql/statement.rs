@@ -7,17 +7,36 @@
 const MAX_PARAMS: usize = 65_535;
 
 /// Bytes a value adds to a statement's packet besides its text (length prefix, type).
-const VALUE_OVERHEAD: usize = 10;
+pub const VALUE_OVERHEAD: usize = 10;
 
 /// The session variable the no-op update counts duplicates in. The driver always asks for
 /// "found rows", so affected rows count a redelivered key like a new one.
 pub const DUPLICATES_VARIABLE: &str = "@sluice_duplicates";
 
+/// The session variable the no-op update counts collisions in: rows the update met on a
+/// unique index whose stored key is not the record's (another unique column, or a key
+/// column whose collation holds distinct keys equal). Such a record is not a duplicate.
+pub const COLLISIONS_VARIABLE: &str = "@sluice_collisions";
+
 /// The insert of `rows` rows into `table` (already quoted) over `columns` (quoted, the
-/// key's column first).
+/// key's column first). The update leaves the row it met as it is and counts it: as a
+/// duplicate when the stored key has the record key's very bytes, else as a collision.
 pub fn insert(table: &str, columns: &[String], rows: usize) -> String {
-    let placeholders = format!("({})", vec!["?"; columns.len()].join(","));
     let key = &columns[0];
+    let same_key = format!("CAST({key} AS BINARY) <=> CAST(VALUES({key}) AS BINARY)");
+    let count = |variable: &str| format!("IF(({variable} := {variable} + 1) > 0, {key}, {key})");
+    format!(
+        "{} ON DUPLICATE KEY UPDATE {key} = IF({same_key}, {}, {})",
+        plain_insert(table, columns, rows),
+        count(DUPLICATES_VARIABLE),
+        count(COLLISIONS_VARIABLE)
+    )
+}
+
+/// The insert without its update: what a collided record is tried with alone, so that
+/// the server names the unique index it collides on (error 1062).
+pub fn plain_insert(table: &str, columns: &[String], rows: usize) -> String {
+    let placeholders = format!("({})", vec!["?"; columns.len()].join(","));
     let mut sql = String::with_capacity(96 + rows * (placeholders.len() + 1));
     sql.push_str("INSERT INTO ");
     sql.push_str(table);
@@ -30,9 +49,6 @@ pub fn insert(table: &str, columns: &[String], rows: usize) -> String {
         }
         sql.push_str(&placeholders);
     }
-    sql.push_str(&format!(
-        " ON DUPLICATE KEY UPDATE {key} = IF(({DUPLICATES_VARIABLE} := {DUPLICATES_VARIABLE} + 1) > 0, {key}, {key})"
-    ));
     sql
 }
 
@@ -80,7 +96,12 @@ mod tests {
     fn the_update_assigns_the_key_to_itself() {
         let sql = insert("`t`", &names(&["key", "payload", "source"]), 2);
         assert!(sql.starts_with("INSERT INTO `t` (`key`, `payload`, `source`) VALUES (?,?,?),(?,?,?) ON DUPLICATE KEY UPDATE `key` = IF("));
-        assert!(sql.ends_with(", `key`, `key`)"));
+        assert!(sql.contains(
+            "IF(CAST(`key` AS BINARY) <=> CAST(VALUES(`key`) AS BINARY), IF((@sluice_duplicates := "
+        ));
+        assert!(
+            sql.ends_with("IF((@sluice_collisions := @sluice_collisions + 1) > 0, `key`, `key`))")
+        );
         assert!(!sql.contains("IGNORE"));
         let sql = insert("`t`", &names(&["order_id", "amount"]), 1);
         assert!(sql.starts_with("INSERT INTO `t` (`order_id`, `amount`) VALUES (?,?) ON DUPLICATE KEY UPDATE `order_id` = IF("));

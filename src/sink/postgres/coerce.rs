@@ -151,8 +151,13 @@ fn json_type(value: &Value) -> &'static str {
 
 /// The integer a JSON number's text denotes, whatever its notation (`1e3`, `1000.0`):
 /// refused when it has a fraction or does not fit `min..=max`. Exact: no float in between.
-/// The MySQL sink checks its integer columns with it too.
 pub fn integer(text: &str, min: i64, max: i64) -> Result<i64, String> {
+    integer_within(text, min.into(), max.into()).map(|v| v as i64)
+}
+
+/// [`integer`] over bounds wider than `i64` (the MySQL sink's `BIGINT UNSIGNED`, up to
+/// 2^64 − 1, and every other width and signedness it maps).
+pub fn integer_within(text: &str, min: i128, max: i128) -> Result<i128, String> {
     let (negative, unsigned) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),
@@ -187,10 +192,10 @@ pub fn integer(text: &str, min: i64, max: i64) -> Result<i64, String> {
         .parse()
         .map_err(|_| out_of_range())?;
     let value = if negative { -magnitude } else { magnitude };
-    if value < i128::from(min) || value > i128::from(max) {
+    if value < min || value > max {
         return Err(out_of_range());
     }
-    Ok(value as i64)
+    Ok(value)
 }
 
 #[cfg(test)]
