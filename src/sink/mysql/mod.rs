@@ -4,6 +4,7 @@
 //! wait, retry, split or stop.
 
 pub mod check;
+pub mod column;
 mod datetime;
 mod dead_letters;
 pub mod errno;

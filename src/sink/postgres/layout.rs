@@ -281,7 +281,11 @@ mod tests {
             &*copy,
             "COPY \"ingest\".\"records\" (key, payload, source) FROM STDIN"
         );
-        let columns = vec![column("amount", "/amount", ColumnKind::Number)];
+        let columns = vec![column(
+            "amount",
+            "/amount",
+            ColumnKind::Numeric { digits: None },
+        )];
         let mapped = Layout::mapped("\"public\".\"money\"", "order_id", columns, Coerce::Strict);
         assert_eq!(
             mapped.statement(),
@@ -343,9 +347,9 @@ mod tests {
             ..Default::default()
         };
         let columns = vec![
-            column("amount", "/o/amount", ColumnKind::Number),
-            column("note", "/note", ColumnKind::Text),
-            column("missing", "/nope", ColumnKind::Text),
+            column("amount", "/o/amount", ColumnKind::Numeric { digits: None }),
+            column("note", "/note", ColumnKind::Text(Default::default())),
+            column("missing", "/nope", ColumnKind::Text(Default::default())),
             column("doc", "", ColumnKind::Json),
         ];
         let object = mapped_object(&row, "order_id", &columns, Coerce::Strict).unwrap();
