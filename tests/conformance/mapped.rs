@@ -1,153 +1,227 @@
-//! A mapped table (`[sink.columns]`): each record puts one value into one typed column, and
-//! each lands as its column's documented form (README, the PostgreSQL type table, strict)
-//! or is dead-lettered naming the column.
+//! A mapped table (`[sink.columns]`): every value of one corpus into every typed column
+//! of an existing table, one value per record, each record naming its column. Each lands
+//! as its column's documented form (README: the PostgreSQL type table, the MySQL mapping,
+//! "What each sink cannot hold exactly"), or is dead-lettered with a reason naming the
+//! column — by sluice before the write, or by the server with its error — never changed.
+//! The expectation of each (column, value) is worked out in the sink's file from the
+//! value's JSON text alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 
 use serde_json::Value;
 
 use super::corpus::Line;
-use super::drivers::{Driver, Postgres, block_on, pg_url};
+use super::drivers::Letter;
 use super::expect::{decimal, same};
 use super::run::{Workdir, count};
 
-const COLUMNS: &[&str] = &["i", "d", "s", "b", "ts", "j"];
+/// The values every column gets, as JSON text: integers at each width's boundaries,
+/// decimals, floats out of range and too small, strings of numbers, strings at a length
+/// limit and past it, every escape, times in every form, and every other JSON type.
+pub fn values() -> Vec<String> {
+    let mut v: Vec<String> = [
+        "0",
+        "-0",
+        "1",
+        "42",
+        "-1",
+        "1e3",
+        "1000.0",
+        "12.5",
+        "12.345",
+        "-12.34",
+        "127",
+        "128",
+        "-128",
+        "-129",
+        "255",
+        "256",
+        "32767",
+        "32768",
+        "-32769",
+        "65535",
+        "65536",
+        "8388607",
+        "8388608",
+        "16777215",
+        "16777216",
+        "16777217",
+        "2147483647",
+        "2147483648",
+        "-2147483649",
+        "4294967295",
+        "4294967296",
+        "9007199254740993",
+        "9223372036854775807",
+        "9223372036854775808",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999.99",
+        "100000000",
+        "0.1",
+        "0.123456789012345678901234567890",
+        "123456789012345678901234567890",
+        "1.5e10",
+        "1E-7",
+        "1e400",
+        "-1e400",
+        "1e-400",
+        "1e-50",
+        "1e39",
+        "\"42\"",
+        "\"12.5\"",
+        "\" 7 \"",
+        "\"1e-400\"",
+        "\"text\"",
+        "\"\"",
+        "\"abc \"",
+        "\" abc\"",
+        "\"ABC\"",
+        "\"\u{e0}bc\"",
+        "\"a\u{300}bc\"",
+        "\"😀𝄞\"",
+        r#""a\u0000b""#,
+        r#""\"\\\/\b\f\n\r\t\u0001""#,
+        "\"sixteen chars ok\"",
+        "\"seventeen chars!!\"",
+        "\"ééééééééééééééé\"",
+        "\"2024-05-01T10:00:00Z\"",
+        "\"2024-05-01T10:00:00+02:00\"",
+        "\"2024-05-01T10:00:00.123Z\"",
+        "\"2024-05-01T10:00:00.123456Z\"",
+        "\"2024-05-01T10:00:00.123456789Z\"",
+        "\"2024-05-01T10:00:00.5-01:00\"",
+        "\"2024-05-01T10:00:00\"",
+        "\"2024-05-01 10:00:00.25\"",
+        "\"2024-05-01\"",
+        "\"2024-05-01T00:00:00Z\"",
+        "\"1969-12-31T23:59:59Z\"",
+        "\"2038-01-19T03:14:08Z\"",
+        "\"9999-12-31T23:59:59Z\"",
+        "true",
+        "false",
+        "null",
+        "[]",
+        "{}",
+        "[1,2]",
+        "{\"a\":1.50,\"b\":[true,null]}",
+    ]
+    .map(String::from)
+    .to_vec();
+    v.push(format!("{}1{}", "[".repeat(40), "]".repeat(40)));
+    v
+}
 
-const VALUES: &[&str] = &[
-    "0",
-    "-0",
-    "42",
-    "1e3",
-    "1000.0",
-    "12.5",
-    "9223372036854775807",
-    "9223372036854775808",
-    "-9223372036854775808",
-    "-9223372036854775809",
-    "18446744073709551615",
-    "0.123456789012345678901234567890",
-    "1e400",
-    "\"42\"",
-    "\"text\"",
-    "\"\"",
-    "true",
-    "false",
-    "null",
-    "[1,2]",
-    "{\"a\":1}",
-    "\"2024-05-01T10:00:00Z\"",
-    "\"2024-05-01T10:00:00+02:00\"",
-    "\"2024-05-01T10:00:00.123456Z\"",
-    "\"2024-05-01T10:00:00.123456789Z\"",
-    "\"2024-05-01T10:00:00\"",
-];
+/// What a stored value must be.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Want {
+    /// The stored text as it is.
+    Text(String),
+    /// A number of this exact value, in any notation (`42.00` is 42).
+    Number(String),
+    /// JSON equal to this, numbers by their exact value.
+    Json(Value),
+    /// A float of exactly this value, single precision or double (read back as text
+    /// that parses to it).
+    Float { value: f64, single: bool },
+    /// A time (UTC for a time with an offset), read back as `YYYY-MM-DD HH:MM:SS[.f]`.
+    Time(chrono::NaiveDateTime),
+}
 
-/// What a column holds of `value` (as text, `None` for NULL), or the dead letter's reason.
-fn expected(column: &str, value: &Value) -> Result<Option<String>, String> {
-    let refused = || Err(format!("column {column} (from \"/{column}\")"));
-    if value.is_null() {
-        return Ok(None);
-    }
-    match (column, value) {
-        ("j", v) => Ok(Some(v.to_string())),
-        ("i", Value::Number(n)) => {
-            let (negative, digits, exp) = decimal(&n.to_string());
-            if exp < 0 || digits.len() as i64 + exp > 19 {
-                return refused();
-            }
-            let text = format!(
-                "{}{digits}{}",
-                if negative { "-" } else { "" },
-                "0".repeat(exp as usize)
-            );
-            let text = if digits.is_empty() { "0".into() } else { text };
-            match text.parse::<i64>() {
-                Ok(_) => Ok(Some(text)),
-                Err(_) => refused(),
-            }
+/// Where one record must end.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fate {
+    /// A row whose column holds this (`None`: NULL).
+    Row(Option<Want>),
+    /// A dead letter from sluice, before the write: `column c (from "/c") …`.
+    Sluice,
+    /// A dead letter with the server's error, naming the column.
+    Server,
+}
+
+/// A column of the table: its name, its SQL type, and what the sink's expectation and
+/// reading need to know of it.
+pub struct Column<T> {
+    pub name: &'static str,
+    pub sql: &'static str,
+    pub ty: T,
+}
+
+/// One sink's mapped table.
+pub trait Mapped {
+    type Type;
+    fn columns(&self) -> Vec<Column<Self::Type>>;
+    /// Creates the table: the key column `k`, then every column.
+    fn create(&self, table: &str);
+    /// The `[sink]` keys that write the table (`[sink.columns]` comes after).
+    fn sink(&self, table: &str) -> String;
+    fn expected(&self, column: &Column<Self::Type>, value: &Value) -> Fate;
+    /// Every key in the table.
+    fn keys(&self, table: &str) -> BTreeSet<String>;
+    /// key → the column's stored value, as text, where it is not NULL.
+    fn stored(&self, table: &str, column: &Column<Self::Type>) -> BTreeMap<String, String>;
+    fn letters(&self, dir: &Path, table: &str) -> Vec<Letter>;
+    fn clean_up(&self, table: &str);
+}
+
+/// Whether `stored` is what `want` says.
+fn holds(want: &Want, stored: &str) -> bool {
+    match want {
+        Want::Text(t) => stored == t,
+        Want::Number(n) => {
+            serde_json::from_str::<Value>(stored).is_ok_and(|v| v.is_number())
+                && decimal(stored) == decimal(n)
         }
-        ("d", Value::Number(n)) => Ok(Some(n.to_string())),
-        ("s", Value::String(s)) => Ok(Some(s.clone())),
-        ("b", Value::Bool(b)) => Ok(Some(b.to_string())),
-        ("ts", Value::String(s)) => match chrono::DateTime::parse_from_rfc3339(s) {
-            Ok(at) if at.timestamp_subsec_nanos() % 1000 == 0 => {
-                Ok(Some(at.timestamp_micros().to_string()))
-            }
-            _ => refused(),
-        },
-        _ => refused(),
+        Want::Json(v) => serde_json::from_str(stored).is_ok_and(|s: Value| same(&s, v, true)),
+        Want::Float {
+            value,
+            single: true,
+        } => stored.parse::<f32>().is_ok_and(|s| f64::from(s) == *value),
+        Want::Float { value, .. } => stored.parse::<f64>().is_ok_and(|s| s == *value),
+        Want::Time(t) => chrono::NaiveDateTime::parse_from_str(stored, "%Y-%m-%d %H:%M:%S%.f")
+            .is_ok_and(|s| s == *t),
     }
 }
 
-fn corpus() -> Vec<(String, String, Value, Line)> {
-    let mut out = Vec::new();
-    for column in COLUMNS {
-        for (i, v) in VALUES.iter().enumerate() {
-            let id = format!("c-{column}-{i}");
-            let case = format!("mapped/{column}={v}");
-            let text = format!("{{\"id\":\"{id}\",\"{column}\":{v}}}");
-            let value: Value = serde_json::from_str(v).unwrap();
-            out.push((
-                id,
-                column.to_string(),
-                value,
-                Line {
-                    case,
-                    bytes: text.into_bytes(),
-                },
-            ));
+/// Whether a reason names `column`, as sluice names it or as the server does (the
+/// column, or MariaDB's JSON check: the constraint `table.column`).
+fn names(reason: &str, column: &str, by: &Fate) -> bool {
+    match by {
+        Fate::Sluice => reason.contains(&format!("column {column} (from \"/{column}\")")),
+        _ => {
+            reason.contains("MySQL error ")
+                && [
+                    format!("'{column}'"),
+                    format!("`{column}`"),
+                    format!(".{column}`"),
+                ]
+                .iter()
+                .any(|form| reason.contains(form.as_str()))
         }
     }
-    out
 }
 
-fn stored(table: &str) -> BTreeMap<String, Vec<Option<String>>> {
-    block_on(async {
-        use sqlx::Connection;
-        let mut c = sqlx::PgConnection::connect(&pg_url()).await.unwrap();
-        let sql = format!(
-            "SELECT k, ARRAY[i::text, d::text, s, b::text, \
-             (extract(epoch FROM ts) * 1000000)::numeric::text, j::text] FROM \"{table}\""
-        );
-        sqlx::query_as::<_, (String, Vec<Option<String>>)>(sqlx::AssertSqlSafe(sql))
-            .fetch_all(&mut c)
-            .await
-            .unwrap()
-            .into_iter()
-            .collect()
-    })
-}
-
-fn matches(column: &str, got: &Option<String>, want: &Option<String>) -> bool {
-    match (column, got, want) {
-        (_, None, None) => true,
-        ("d" | "ts", Some(g), Some(w)) => decimal(g) == decimal(w),
-        ("j", Some(g), Some(w)) => same(
-            &serde_json::from_str(g).unwrap(),
-            &serde_json::from_str(w).unwrap(),
-            true,
-        ),
-        (_, Some(g), Some(w)) => g == w,
-        _ => false,
+/// Drains the corpus into `sink`'s table twice (the second run all duplicates) and
+/// compares every column of every row, every dead letter, and the summaries' counts.
+pub fn conformance<M: Mapped>(sink: &M, name: &str) {
+    let table = super::common::unique(&format!("conf_mapped_{name}"));
+    sink.create(&table);
+    let columns = sink.columns();
+    let mut cases = Vec::new();
+    for column in &columns {
+        for (i, text) in values().iter().enumerate() {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let id = format!("c-{}-{i}", column.name);
+            let line = Line {
+                case: format!("mapped/{}/{}={text}", name, column.name),
+                bytes: format!("{{\"id\":\"{id}\",\"{}\":{text}}}", column.name).into_bytes(),
+            };
+            cases.push((id, column, sink.expected(column, &value), line));
+        }
     }
-}
-
-#[test]
-fn postgres_mapped_table() {
-    let table = super::common::unique("conf_mapped");
-    block_on(async {
-        use sqlx::Connection;
-        let mut c = sqlx::PgConnection::connect(&pg_url()).await.unwrap();
-        let ddl = format!(
-            "CREATE TABLE \"{table}\" (k text PRIMARY KEY, i bigint, d numeric, s text, \
-             b boolean, ts timestamptz, j jsonb)"
-        );
-        sqlx::raw_sql(sqlx::AssertSqlSafe(ddl))
-            .execute(&mut c)
-            .await
-            .unwrap();
-    });
-    let cases = corpus();
     let lines: Vec<Line> = cases
         .iter()
         .map(|(_, _, _, l)| Line {
@@ -156,70 +230,214 @@ fn postgres_mapped_table() {
         })
         .collect();
     let wd = Workdir::new(&lines);
-    let columns: String = COLUMNS
+    let mapping: String = columns
         .iter()
-        .map(|c| format!("{c} = \"/{c}\"\n"))
+        .map(|c| format!("{0} = \"/{0}\"\n", c.name))
         .collect();
-    let sink = format!(
-        "{}\nkey_column = \"k\"\n\n[sink.columns]\n{columns}",
-        Postgres.sink(&table)
+    let toml = format!(
+        "{}\nkey_column = \"k\"\n\n[sink.columns]\n{mapping}",
+        sink.sink(&table)
     );
-    wd.config(&sink, 1_000_000.0, 7, 4);
+    wd.config(&toml, 1_000_000.0, 50, 4);
+    let rows = cases.iter().filter(|c| matches!(c.2, Fate::Row(_))).count() as u64;
+    let letters = cases.len() as u64 - rows;
     let mut failures = Vec::new();
-    let want: Vec<_> = cases
-        .iter()
-        .map(|(id, column, value, line)| (id, column, expected(column, value), line))
-        .collect();
-    let rows_wanted = want.iter().filter(|w| w.2.is_ok()).count() as u64;
-    for round in ["first run", "rerun"] {
+    for (round, want) in [
+        ("first run", (rows, 0, letters)),
+        ("rerun", (0, rows, letters)),
+    ] {
         match wd.drain() {
             Ok(s) => {
-                let (written, duplicates) = if round == "first run" {
-                    (rows_wanted, 0)
-                } else {
-                    (0, rows_wanted)
-                };
-                let got = (count(&s, "written"), count(&s, "duplicates"));
-                if got != (written, duplicates) {
-                    failures.push(format!("{round}: written/duplicates {got:?}: {s}"));
+                let got = (
+                    count(&s, "written"),
+                    count(&s, "duplicates"),
+                    count(&s, "dead_lettered"),
+                );
+                if got != want {
+                    failures.push(format!(
+                        "{round}: written/duplicates/dead-lettered {got:?}, expected {want:?}: {s}"
+                    ));
                 }
             }
             Err(e) => failures.push(format!("{round}: {e}")),
         }
         wd.forget_checkpoint();
     }
-    let rows = stored(&table);
-    let letters = Postgres.letters(wd.path(), &table);
-    for (id, column, fate, line) in &want {
-        let at = COLUMNS.iter().position(|c| c == column).unwrap();
+    let keys = sink.keys(&table);
+    let stored: BTreeMap<&str, BTreeMap<String, String>> = columns
+        .iter()
+        .map(|c| (c.name, sink.stored(&table, c)))
+        .collect();
+    let found = sink.letters(wd.path(), &table);
+    let expected_keys: BTreeSet<&str> = cases
+        .iter()
+        .filter(|c| matches!(c.2, Fate::Row(_)))
+        .map(|c| c.0.as_str())
+        .collect();
+    for key in keys.iter().filter(|k| !expected_keys.contains(k.as_str())) {
+        failures.push(format!("a row nobody expects: {key}"));
+    }
+    for (id, column, fate, line) in &cases {
+        let elsewhere: Vec<&str> = stored
+            .iter()
+            .filter(|(c, values)| **c != column.name && values.contains_key(id))
+            .map(|(c, _)| *c)
+            .collect();
+        if !elsewhere.is_empty() {
+            failures.push(format!("{}: a value in {elsewhere:?} too", line.case));
+        }
+        let value = stored[column.name].get(id);
         match fate {
-            Ok(value) => match rows.get(*id) {
-                None => failures.push(format!("{}: no row", line.case)),
-                Some(r) if !matches(column, &r[at], value) => failures.push(format!(
-                    "{}: stored {:?}, expected {value:?}",
-                    line.case, r[at]
+            Fate::Row(want) => match (keys.contains(id), want, value) {
+                (false, _, _) => failures.push(format!(
+                    "{}: no row (expected {want:?}); {}",
+                    line.case,
+                    letter_of(&found, &line.bytes)
                 )),
-                Some(r) if r.iter().enumerate().any(|(i, v)| i != at && v.is_some()) => {
-                    failures.push(format!("{}: other columns not NULL: {r:?}", line.case))
+                (true, None, None) => {}
+                (true, Some(want), Some(got)) if holds(want, got) => {}
+                (true, _, got) => {
+                    failures.push(format!("{}: stored {got:?}, expected {want:?}", line.case))
                 }
-                Some(_) => {}
             },
-            Err(why) => {
-                let n = letters
-                    .iter()
-                    .filter(|l| l.raw == line.bytes && l.reason.contains(why.as_str()))
-                    .count();
-                if n != 1 || rows.contains_key(*id) {
-                    failures.push(format!("{}: {n} dead letters naming {why:?}", line.case));
+            by => {
+                let mine: Vec<&Letter> = found.iter().filter(|l| l.raw == line.bytes).collect();
+                let ok = matches!(mine.as_slice(), [one] if names(&one.reason, column.name, by));
+                if !ok || keys.contains(id) {
+                    let reasons: Vec<&str> = mine.iter().map(|l| l.reason.as_str()).collect();
+                    failures.push(format!(
+                        "{}: expected a dead letter by {by:?} naming the column; row: {}, stored {value:?}, letters: {reasons:?}",
+                        line.case,
+                        keys.contains(id)
+                    ));
                 }
             }
         }
     }
-    Postgres.clean_up(&table);
+    for l in &found {
+        if !cases.iter().any(|c| c.3.bytes == l.raw) {
+            failures.push(format!("a letter nobody expects: {}", l.reason));
+        }
+    }
+    sink.clean_up(&table);
     eprintln!(
-        "mapped: {} records ({rows_wanted} rows); {} differences",
-        want.len(),
+        "mapped {name}: {} columns × {} values = {} records ({rows} rows, {letters} dead letters); {} differences",
+        columns.len(),
+        values().len(),
+        cases.len(),
         failures.len()
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} differences:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+fn letter_of(found: &[Letter], raw: &[u8]) -> String {
+    match found.iter().find(|l| l.raw == raw) {
+        Some(l) => format!("dead-lettered: {}", l.reason),
+        None => "no dead letter either".into(),
+    }
+}
+
+/// The number a string reads as for a server that parses numbers from text (MySQL: with
+/// spaces around, `+`, `.5`, `5.`), as JSON number text; `None`: not a number.
+pub fn number_in(s: &str) -> Option<String> {
+    let t = s.trim_matches(' ');
+    let (sign, body) = match t.strip_prefix('-') {
+        Some(b) => ("-", b),
+        None => ("", t.strip_prefix('+').unwrap_or(t)),
+    };
+    let (mantissa, exponent) = body.split_at(body.find(['e', 'E']).unwrap_or(body.len()));
+    if !mantissa.bytes().any(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let whole = match whole.trim_start_matches('0') {
+        "" => "0",
+        w => w,
+    };
+    let fraction = if fraction.is_empty() {
+        String::new()
+    } else {
+        format!(".{fraction}")
+    };
+    let text = format!("{sign}{whole}{fraction}{exponent}");
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Number(_)) => Some(text),
+        _ => None,
+    }
+}
+
+/// The exact integer a number's text denotes, if it is one.
+pub fn integer_of(text: &str) -> Option<i128> {
+    let (negative, digits, exp) = decimal(text);
+    if digits.is_empty() {
+        return Some(0);
+    }
+    if exp < 0 || digits.len() as i64 + exp > 39 {
+        return None;
+    }
+    let v: i128 = format!("{digits}{}", "0".repeat(exp as usize))
+        .parse()
+        .ok()?;
+    Some(if negative { -v } else { v })
+}
+
+/// Whether a number's text fits `precision` digits, `scale` after the point.
+pub fn fits_decimal(text: &str, precision: i64, scale: i64) -> bool {
+    let (_, digits, exp) = decimal(text);
+    digits.is_empty() || (exp >= -scale && digits.len() as i64 + exp <= precision - scale)
+}
+
+/// The float a number's text is rounded to, when it is in range and does not vanish.
+pub fn float_of(text: &str, single: bool) -> Option<f64> {
+    let v = if single {
+        f64::from(text.parse::<f32>().ok()?)
+    } else {
+        text.parse::<f64>().ok()?
+    };
+    let zero = decimal(text).1.is_empty();
+    (v.is_finite() && (v != 0.0 || zero)).then_some(if v == 0.0 { 0.0 } else { v })
+}
+
+/// A time's UTC form and its significant fractional digits: RFC 3339 with an offset
+/// (`with_offset`), or `YYYY-MM-DD[T ]HH:MM:SS[.f]` without.
+pub fn time_of(s: &str) -> Option<(chrono::NaiveDateTime, usize, bool)> {
+    let (at, offset) = match chrono::DateTime::parse_from_rfc3339(s) {
+        Ok(at) => (at.naive_utc(), true),
+        Err(_) => (
+            ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
+                .iter()
+                .find_map(|f| chrono::NaiveDateTime::parse_from_str(s, f).ok())?,
+            false,
+        ),
+    };
+    let nanos = at.and_utc().timestamp_subsec_nanos();
+    let digits = format!("{nanos:09}").trim_end_matches('0').len();
+    Some((at, digits, offset))
+}
+
+/// Whether a value (or anything inside it) is a string holding NUL.
+pub fn has_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(a) => a.iter().any(has_nul),
+        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
+#[test]
+fn strings_of_numbers_read_as_a_server_reads_them() {
+    assert_eq!(number_in(" 7 ").as_deref(), Some("7"));
+    assert_eq!(number_in("+.5").as_deref(), Some("0.5"));
+    assert_eq!(number_in("-5.").as_deref(), Some("-5"));
+    assert_eq!(number_in("007").as_deref(), Some("7"));
+    assert_eq!(number_in("1e-400").as_deref(), Some("1e-400"));
+    assert_eq!(number_in("12abc"), None);
+    assert_eq!(number_in(""), None);
+    assert_eq!(number_in("0x10"), None);
 }
