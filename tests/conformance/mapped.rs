@@ -87,6 +87,7 @@ pub fn values() -> Vec<String> {
         r#""\"\\\/\b\f\n\r\t\u0001""#,
         "\"sixteen chars ok\"",
         "\"seventeen chars!!\"",
+        "\"sixteen chars ok \"",
         "\"ééééééééééééééé\"",
         "\"2024-05-01T10:00:00Z\"",
         "\"2024-05-01T10:00:00+02:00\"",
@@ -96,6 +97,8 @@ pub fn values() -> Vec<String> {
         "\"2024-05-01T10:00:00.5-01:00\"",
         "\"2024-05-01T10:00:00\"",
         "\"2024-05-01 10:00:00.25\"",
+        "\"2024-5-1 10:00:00.5\"",
+        "\"20240501100000.5\"",
         "\"2024-05-01\"",
         "\"2024-05-01T00:00:00Z\"",
         "\"1969-12-31T23:59:59Z\"",
@@ -403,15 +406,19 @@ pub fn float_of(text: &str, single: bool) -> Option<f64> {
     (v.is_finite() && (v != 0.0 || zero)).then_some(if v == 0.0 { 0.0 } else { v })
 }
 
-/// A time's UTC form and its significant fractional digits: RFC 3339 with an offset
-/// (`with_offset`), or `YYYY-MM-DD[T ]HH:MM:SS[.f]` without.
+/// A time's UTC form, its significant fractional digits, and whether it had an offset:
+/// RFC 3339, or `YYYY-MM-DD[T ]HH:MM:SS[.f]` or MySQL's `YYYYMMDDHHMMSS[.f]` without one.
 pub fn time_of(s: &str) -> Option<(chrono::NaiveDateTime, usize, bool)> {
     let (at, offset) = match chrono::DateTime::parse_from_rfc3339(s) {
         Ok(at) => (at.naive_utc(), true),
         Err(_) => (
-            ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
-                .iter()
-                .find_map(|f| chrono::NaiveDateTime::parse_from_str(s, f).ok())?,
+            [
+                "%Y-%m-%dT%H:%M:%S%.f",
+                "%Y-%m-%d %H:%M:%S%.f",
+                "%Y%m%d%H%M%S%.f",
+            ]
+            .iter()
+            .find_map(|f| chrono::NaiveDateTime::parse_from_str(s, f).ok())?,
             false,
         ),
     };
