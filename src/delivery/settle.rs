@@ -72,6 +72,19 @@ impl Delivery {
                 Stats::add(&self.stats.written, inserted);
                 Stats::add(&self.stats.duplicates, duplicates);
             }
+            WriteOutcome::SkippedBySink {
+                inserted,
+                duplicates,
+                skipped,
+            } => {
+                self.taken(s, inserted + duplicates + skipped, row_bytes(&piece.rows));
+                metrics::counter!(ITEMS, "outcome" => "written").increment(inserted);
+                metrics::counter!(ITEMS, "outcome" => "duplicate").increment(duplicates);
+                metrics::counter!(ITEMS, "outcome" => "skipped_by_sink").increment(skipped);
+                Stats::add(&self.stats.written, inserted);
+                Stats::add(&self.stats.duplicates, duplicates);
+                Stats::add(&self.stats.skipped_by_sink, skipped);
+            }
             WriteOutcome::Upserted {
                 written,
                 deleted,
