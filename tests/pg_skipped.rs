@@ -1,6 +1,6 @@
 //! Rows a PostgreSQL trigger skips (a BEFORE INSERT trigger returning NULL): the table's
 //! own decision, acknowledged and counted as `skipped_by_sink` — neither written nor, on
-//! a rerun, duplicates — and said once per run with the table.
+//! a rerun, duplicates (or, in upsert mode, stale) — and said once per run with the table.
 
 mod common;
 
@@ -33,19 +33,20 @@ fn config(dir: &Path, db: &Db, table: &str, extra: &str) {
     .unwrap();
 }
 
-/// Loads 100 records twice into `table`; half are skipped by its trigger each time.
-fn loads_twice(db: &Db, table: &str, extra: &str) {
+/// Loads 100 records twice into `table`; half are skipped by its trigger each time. The
+/// other half are written, then `again` (duplicates, or stale in upsert mode).
+fn loads_twice(db: &Db, table: &str, extra: &str, again: &str) {
     let dir = tempfile::tempdir().unwrap();
     write_records(&dir.path().join("in.ndjson"), 100, &[]);
     config(dir.path(), db, table, extra);
-    for (run, written, duplicates) in [("first run", 50, 0), ("rerun", 0, 50)] {
+    for (run, written, repeated) in [("first run", 50, 0), ("rerun", 0, 50)] {
         let out = run_in(dir.path(), DRAIN);
         let err = stderr(&out);
         assert!(out.status.success(), "{table} {run}: {err}");
         let s = summary(&out);
         assert_eq!(s["pulled"], 100, "{table} {run}: {s}");
         assert_eq!(s["written"], written, "{table} {run}: {s}");
-        assert_eq!(s["duplicates"], duplicates, "{table} {run}: {s}");
+        assert_eq!(s[again], repeated, "{table} {run}: {s}");
         assert_eq!(s["skipped_by_sink"], 50, "{table} {run}: {s}");
         assert_eq!(s["dead_lettered"], 0, "{table} {run}: {s}");
         assert_eq!(
@@ -64,7 +65,7 @@ fn rows_a_trigger_skips_are_counted_apart_and_are_no_duplicates_on_a_rerun() {
     // The table sluice creates (COPY, then INSERT … ON CONFLICT on the rerun).
     db.records_table();
     skip_odd(&db, "records");
-    loads_twice(&db, "records", "");
+    loads_twice(&db, "records", "", "duplicates");
     // An existing table written through [sink.columns].
     db.execute("CREATE TABLE mapped (id text PRIMARY KEY, n int, payload jsonb)");
     skip_odd(&db, "mapped");
@@ -72,5 +73,23 @@ fn rows_a_trigger_skips_are_counted_apart_and_are_no_duplicates_on_a_rerun() {
         &db,
         "mapped",
         "key_column = \"id\"\n[sink.columns]\nn = \"/n\"\npayload = \"\"\n",
+        "duplicates",
+    );
+}
+
+#[test]
+fn rows_a_trigger_skips_in_upsert_mode_are_counted_apart_and_are_not_stale() {
+    let db = Db::create("skipped_upsert");
+    db.execute(
+        "CREATE TABLE state (key text PRIMARY KEY, payload jsonb, source text, \
+         ingested_at timestamptz NOT NULL DEFAULT now(), version numeric, \
+         deleted boolean NOT NULL DEFAULT false)",
+    );
+    skip_odd(&db, "state");
+    loads_twice(
+        &db,
+        "state",
+        "mode = \"upsert\"\nversion = \"/n\"\n",
+        "stale",
     );
 }

@@ -44,12 +44,14 @@ pub enum WriteOutcome {
     /// Upsert mode: durably written. `written` keys were inserted or updated, `deleted`
     /// keys deleted (a tombstone version stored), `stale` records refused by the guard
     /// because the key already held a version at least as new, `superseded` records left
-    /// out because a newer version of their key was in the same batch.
+    /// out because a newer version of their key was in the same batch, `skipped` records
+    /// the table's own code did not apply (see [`WriteOutcome::SkippedBySink`]).
     Upserted {
         written: u64,
         deleted: u64,
         stale: u64,
         superseded: u64,
+        skipped: u64,
     },
     /// The sink asked us to slow down (HTTP 429/503, a throttling SQLSTATE).
     Throttled {

@@ -240,29 +240,45 @@ impl PostgresSink {
             Ok(c) => c,
             Err(outcome) => return outcome,
         };
-        match query.fetch_one(&mut *conn).await {
-            Ok((written, deleted)) => {
-                let (written, deleted) = (written.max(0) as u64, deleted.max(0) as u64);
-                // One version of each key reaches the guard; the rest were superseded.
-                let keys = rows
-                    .iter()
-                    .map(|r| r.key.as_str())
-                    .collect::<std::collections::HashSet<_>>()
-                    .len() as u64;
-                WriteOutcome::Upserted {
-                    written,
-                    deleted,
-                    stale: keys.saturating_sub(written + deleted),
-                    superseded: rows.len() as u64 - keys,
-                }
+        let (written, deleted) = match query.fetch_one(&mut *conn).await {
+            Ok((written, deleted)) => (written.max(0) as u64, deleted.max(0) as u64),
+            Err(e) => return self.failed(&mut conn, e),
+        };
+        // One version of each key reaches the guard; the rest were superseded.
+        let keys = rows
+            .iter()
+            .map(|r| r.key.as_str())
+            .collect::<std::collections::HashSet<_>>()
+            .len() as u64;
+        let unapplied = keys.saturating_sub(written + deleted);
+        // A key not applied is stale when the table holds a version at least as new,
+        // else the table's own code skipped it.
+        let skipped = if unapplied == 0 {
+            0
+        } else {
+            let not_newer = match upsert.not_newer(rows) {
+                Ok(q) => q.fetch_one(&mut *conn).await,
+                Err(e) => Err(e),
+            };
+            match not_newer {
+                Ok(n) => (n.max(0) as u64).min(unapplied),
+                Err(e) => return self.failed(&mut conn, e),
             }
-            Err(e) => self.failed(&mut conn, e),
+        };
+        if skipped > 0 {
+            self.say_skipped(skipped);
+        }
+        WriteOutcome::Upserted {
+            written,
+            deleted,
+            stale: unapplied - skipped,
+            superseded: rows.len() as u64 - keys,
+            skipped,
         }
     }
 
     /// The answer for a write that stored `inserted` rows, found `duplicates` keys there
-    /// already, and had `skipped` rows dropped by the table's own code — said once per
-    /// run, with the table, since it is the table's doing and not an error.
+    /// already, and had `skipped` rows dropped by the table's own code.
     fn written(&self, inserted: u64, duplicates: u64, skipped: u64) -> WriteOutcome {
         if skipped == 0 {
             return WriteOutcome::Written {
@@ -270,19 +286,25 @@ impl PostgresSink {
                 duplicates,
             };
         }
+        self.say_skipped(skipped);
+        WriteOutcome::SkippedBySink {
+            inserted,
+            duplicates,
+            skipped,
+        }
+    }
+
+    /// Rows skipped by the table's own code are its doing, not an error: said once per
+    /// run, with the table.
+    fn say_skipped(&self, skipped: u64) {
         if !self
             .skips_said
             .swap(true, std::sync::atomic::Ordering::Relaxed)
         {
             tracing::warn!(
                 table = %self.table,
-                "the table skipped {skipped} records of a batch (a BEFORE INSERT trigger returned NULL, or a rule did instead): counted as skipped_by_sink, neither written nor duplicates (said once per run)"
+                "the table skipped {skipped} records of a batch (a BEFORE trigger returned NULL, or a rule did instead): counted as skipped_by_sink, not as written, duplicates or stale (said once per run)"
             );
-        }
-        WriteOutcome::SkippedBySink {
-            inserted,
-            duplicates,
-            skipped,
         }
     }
 
