@@ -161,6 +161,23 @@ fn check_names_the_right_a_role_lacks_and_a_run_meets_the_same_wall() {
         "{err}"
     );
     assert!(!err.contains(" at line "), "{err}");
+
+    // Upsert mode also updates, and adds its columns to a table an insert-mode run made:
+    // only its owner may.
+    config(
+        dir.path(),
+        &url,
+        "records",
+        false,
+        "mode = \"upsert\"\nversion = \"/n\"\n",
+    );
+    let said = stderr(&check(dir.path()));
+    assert!(
+        said.contains(&format!(
+            "FAIL  sink table records: present, but role {role} lacks UPDATE, ownership (run adds column version, deleted to it; its owner is postgres)"
+        )),
+        "{said}"
+    );
 }
 
 #[test]
