@@ -42,33 +42,31 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
         }
     };
     let mut probes = Vec::new();
-    // Some table is missing: opening the sink would create it, which check must not.
+    // Some table is missing (or lacks columns): opening the sink would create it, which
+    // check must not.
     let mut creates = false;
     let several = urls.len() > 1;
     for url in urls {
-        let result = match (sink.kind(), sink.postgres()) {
-            (SinkKind::Postgres, Some(own)) => {
-                let tables = Target::of(sink, own).uses();
-                let what = format!("sink {url}");
-                match within(timeout, postgres(&url, &tables)).await {
-                    Ok(found) => {
-                        creates |= found.changes();
-                        let at = match several {
-                            true => format!(" at {}", redact(&url)),
-                            false => String::new(),
-                        };
-                        probes.extend(found.probes(what, &at));
-                    }
-                    Err(e) => probes.push(Probe {
-                        what,
-                        result: Err(e),
-                    }),
+        if let (SinkKind::Postgres, Some(own)) = (sink.kind(), sink.postgres()) {
+            let what = format!("sink {url}");
+            match within(timeout, postgres(&url, &Target::of(sink, own).uses())).await {
+                Ok(found) => {
+                    creates |= found.changes();
+                    let at = if several {
+                        format!(" at {}", redact(&url))
+                    } else {
+                        String::new()
+                    };
+                    probes.extend(found.probes(what, &at));
                 }
-                continue;
+                Err(e) => probes.push(Probe {
+                    what,
+                    result: Err(e),
+                }),
             }
-            (kind, _) => kind,
-        };
-        let result = match result {
+            continue;
+        }
+        let result = match sink.kind() {
             SinkKind::Sqlite => sqlite(&url),
             SinkKind::Postgres => Err("the settings are not of a PostgreSQL sink".into()),
             SinkKind::Http | SinkKind::Elasticsearch => {
@@ -77,7 +75,10 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
             SinkKind::Mysql => {
                 let tables = [sink.table.as_str(), "sluice_dead_letters"];
                 let result = within(timeout, crate::sink::mysql::check(&url, &tables)).await;
-                creates |= result.as_deref().is_ok_and(|n| n.contains("will create"));
+                // Only a note saying every table is there lets the sink be opened.
+                creates |= !result
+                    .as_deref()
+                    .is_ok_and(|n| n.contains("tables present"));
                 result
             }
         };
