@@ -30,14 +30,6 @@ fn config(dir: &Path, db: &Db, rate: u32, max_batch: usize) {
     .unwrap();
 }
 
-fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Starts a worker draining 1,000 records at 250 rec/s, brings `begin` about once it has
 /// written some, keeps it for 2 s (the worker must stay up), then `end`s it; the worker
 /// must finish with every record written and none dead-lettered, having met `code`.
@@ -47,7 +39,7 @@ fn waits_out(prefix: &str, code: &str, begin: impl Fn(&Db), end: impl Fn(&Db)) {
     write_records(&dir.path().join("in.ndjson"), 1000, &[]);
     config(dir.path(), &db, 250, 50);
     let mut child = worker(dir.path(), true);
-    wait_until("first rows written", Duration::from_secs(30), || {
+    poll(Duration::from_secs(30), "first rows written", || {
         db.count("SELECT count(*) FROM pg_tables WHERE tablename = 'records'") == 1
             && db.count("SELECT count(*) FROM records") > 0
     });
@@ -391,7 +383,7 @@ fn a_dropped_table_stops_the_worker_without_dead_letters() {
     write_records(&dir.path().join("in.ndjson"), 1000, &[]);
     config(dir.path(), &db, 250, 50);
     let child = worker(dir.path(), true);
-    wait_until("first rows written", Duration::from_secs(30), || {
+    poll(Duration::from_secs(30), "first rows written", || {
         db.count("SELECT count(*) FROM pg_tables WHERE tablename = 'records'") == 1
             && db.count("SELECT count(*) FROM records") > 0
     });

@@ -1,11 +1,14 @@
 //! What a health probe reads, against the real PostgreSQL and MariaDB: every numeric type
 //! is a number (`numeric` and `DECIMAL` from `avg()`, `SELECT 1.5`, `extract(epoch …)`),
 //! an answer that is no number holds the writes and says why, and a probe's SQL changes
-//! nothing — it runs in a READ ONLY transaction in `check`, `plan` and `run` alike.
+//! nothing — it runs in a READ ONLY transaction in `check`, `plan` and `run` alike; and
+//! MariaDB's Threads_running as the `active_sessions` built-in.
 
 mod common;
 
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use common::pg::*;
 use common::*;
@@ -301,4 +304,87 @@ fn a_probe_changes_nothing_in_check_plan_or_run() {
         0
     );
     assert_eq!(mysql_tables(&made), 0, "MariaDB: the probe created {made}");
+}
+
+/// Threads_running on the real MariaDB: `sluice plan` reads it, and it holds the writes
+/// while two sessions run SLEEP.
+#[test]
+fn mysql_threads_running_as_a_probe() {
+    let Ok(url) = std::env::var("SLUICE_TEST_MYSQL_URL") else {
+        panic!("SLUICE_TEST_MYSQL_URL is not set: eval \"$(scripts/services.sh)\"");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 50, &[]);
+    write_config(
+        dir.path(),
+        "in.ndjson",
+        100.0,
+        &format!(
+            "[[health.probe]]\nbuiltin = \"active_sessions\"\nurl = \"{url}\"\nmax = 1\ninterval = \"200ms\"\n\n[[health.probe]]\nname = \"lag\"\nbuiltin = \"replica_lag\"\nreplicas = [\"{url}\"]\nmax = 5\n"
+        ),
+    );
+    let plan = |dir: &Path| {
+        let out = run_in(dir, &["plan", "-c", "sluice.toml", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let quiet = plan(dir.path());
+    let sessions = &quiet["health"][0];
+    assert_eq!(sessions["name"], "active_sessions");
+    assert!(sessions["value"].as_f64().is_some(), "{quiet}");
+    // MariaDB here is no replica (or the user may not ask): its lag is unknown, which
+    // holds (fail safe).
+    let lag = &quiet["health"][1];
+    assert_eq!(lag["holds"], true, "{quiet}");
+    assert!(lag["value"].is_null(), "{quiet}");
+    eprintln!("mysql replica_lag on a non-replica: {}", lag["verdict"]);
+    // `sluice check` reaches and reads each probe; the unreadable one fails the check.
+    let check = run_in(dir.path(), &["check", "-c", "sluice.toml"]);
+    let text = stderr(&check);
+    assert!(
+        text.contains("health probe active_sessions: reads"),
+        "{text}"
+    );
+    assert!(text.contains("health probe lag"), "{text}");
+    assert_eq!(check.status.code(), Some(1), "{text}");
+    let sleepers: Vec<Child> = (0..3)
+        .map(|_| {
+            Command::new("mariadb")
+                .args(["--protocol=socket", "-u", "root", "-e", "SELECT SLEEP(8)"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    poll(
+        Duration::from_secs(5),
+        "MariaDB to count the sleepers",
+        || {
+            plan(dir.path())["health"][0]["value"]
+                .as_f64()
+                .is_some_and(|v| v >= 3.0)
+        },
+    );
+    let busy = plan(dir.path());
+    assert_eq!(busy["health"][0]["holds"], true, "{busy}");
+    for mut c in sleepers {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let out = Command::new("mariadb")
+        .args(["--protocol=socket", "-u", "root", "-N", "-e"])
+        .arg("SELECT CONCAT('KILL QUERY ', id, ';') FROM information_schema.processlist WHERE info = 'SELECT SLEEP(8)'")
+        .output()
+        .unwrap();
+    let kills = String::from_utf8_lossy(&out.stdout).to_string();
+    if !kills.trim().is_empty() {
+        Command::new("mariadb")
+            .args(["--protocol=socket", "-u", "root", "-e", &kills])
+            .output()
+            .unwrap();
+    }
+    poll(Duration::from_secs(10), "the sleepers to end", || {
+        plan(dir.path())["health"][0]["holds"] == false
+    });
 }

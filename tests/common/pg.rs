@@ -1,15 +1,7 @@
 //! The real PostgreSQL for the tests: a throwaway database per test (and roles of its
 //! own), statements and counts run straight against it.
 
-use super::{pg_url, unique};
-
-pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
+use super::{block_on, pg_url, unique};
 
 async fn connect(url: &str) -> sqlx::PgConnection {
     <sqlx::PgConnection as sqlx::Connection>::connect(url)
