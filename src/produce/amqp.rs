@@ -134,7 +134,10 @@ mod tests {
         assert_eq!(message_id("order-1"), "order-1");
         let long = "k".repeat(300);
         let id = message_id(&long);
-        assert!(id.starts_with("sha256:") && id.len() <= MOST_NAME_BYTES, "{id}");
+        assert!(
+            id.starts_with("sha256:") && id.len() <= MOST_NAME_BYTES,
+            "{id}"
+        );
         assert_eq!(id, message_id(&long), "the same key, the same id");
         assert_eq!(message_id(&"é".repeat(127)).len(), 254, "fits: kept");
     }

@@ -71,9 +71,7 @@ impl AmqpSettings {
         }
         match self.queue.as_deref() {
             None => p.add("source.queue", "required for kind = \"amqp\""),
-            Some(q) if q.trim().is_empty() => {
-                p.add("source.queue", "required for kind = \"amqp\"")
-            }
+            Some(q) if q.trim().is_empty() => p.add("source.queue", "required for kind = \"amqp\""),
             // AMQP 0-9-1 carries a queue name as a short string.
             Some(q) if q.len() > MOST_NAME_BYTES => p.add(
                 "source.queue",
