@@ -27,12 +27,12 @@ enum CtlAction {
     Resume,
     /// Records per second at most; "off" goes back to the configuration.
     Rate {
-        #[arg(value_name = "REC_PER_S|off")]
+        #[arg(value_name = "REC_PER_S|off", allow_negative_numbers = true)]
         value: String,
     },
     /// Records per batch at most; "off" goes back to sink.max_batch.
     Batch {
-        #[arg(value_name = "N|off")]
+        #[arg(value_name = "N|off", allow_negative_numbers = true)]
         value: String,
     },
     /// What the operator set, why writes are held, and each probe's last value.

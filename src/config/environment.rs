@@ -7,6 +7,7 @@ use figment::providers::Env;
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 
+use crate::settings::ConfigError;
 use crate::sink::balanced::aperture;
 
 /// Every `SLUICE_SECTION__KEY` variable merged into `figment`, one provider each, so an
@@ -39,10 +40,14 @@ pub(super) fn merge_variables(mut figment: Figment) -> Figment {
         let value = if reads_only_text(&schema, &path) {
             Value::from(raw)
         } else {
-            raw.parse().unwrap_or_else(|never: std::convert::Infallible| match never {})
+            raw.parse()
+                .unwrap_or_else(|never: std::convert::Infallible| match never {})
         };
         figment = figment.merge(Variable {
-            name: format!("SLUICE_{}", key.as_str().to_ascii_uppercase().replace('.', "__")),
+            name: format!(
+                "SLUICE_{}",
+                key.as_str().to_ascii_uppercase().replace('.', "__")
+            ),
             key: key.to_string(),
             value,
         });
@@ -124,6 +129,28 @@ fn schemas_at<'a>(
             }
         }
     }
+}
+
+/// The environment as text. A `SLUICE_*` variable whose name or value is not UTF-8 is
+/// refused, naming it: read lossily, a token or a URL would silently be another one.
+pub(super) fn variables() -> Result<Vec<(String, String)>, ConfigError> {
+    let mut text = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        match (name.into_string(), value.into_string()) {
+            (Ok(name), Ok(value)) => text.push((name, value)),
+            (Ok(name), Err(_)) if name.starts_with("SLUICE_") => {
+                return Err(ConfigError::invalid(name, "is not UTF-8 text"));
+            }
+            (Err(name), _) if name.to_string_lossy().starts_with("SLUICE_") => {
+                return Err(ConfigError::invalid(
+                    name.to_string_lossy().into_owned(),
+                    "the variable's name is not UTF-8 text",
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(text)
 }
 
 /// Environment variables that set one librdkafka property each.

@@ -125,11 +125,12 @@ impl Config {
     /// `SLUICE_*` variables and the flags, and validates the result.
     pub fn load_from(origin: &ConfigOrigin, overrides: &Overrides) -> Result<Config, ConfigError> {
         let mut figment = layers(origin)?;
-        let properties = kafka_properties_from_env(std::env::vars());
+        let variables = environment::variables()?;
+        let properties = kafka_properties_from_env(variables.iter().cloned());
         if !properties.is_empty() {
             figment = figment.merge(Serialized::default("source.properties", properties));
         }
-        for name in unknown_variables(std::env::vars().map(|(k, _)| k)) {
+        for name in unknown_variables(variables.into_iter().map(|(k, _)| k)) {
             tracing::warn!(
                 "{name} is not a sluice variable and is ignored (configuration keys are SLUICE_SECTION__KEY, with two underscores)"
             );
@@ -244,6 +245,8 @@ fn layers(origin: &ConfigOrigin) -> Result<Figment, ConfigError> {
         }
         None => Toml::string(origin::BUILT_IN),
     };
+    // Refused before figment's `Env` would read a value that is not text lossily.
+    environment::variables()?;
     Ok(environment::merge_variables(Figment::new().merge(base)))
 }
 

@@ -48,7 +48,10 @@ impl FileSettings {
             Some(path) if path.as_os_str() == "-" => {}
             Some(path) => {
                 if let Some(why) = crate::settings::unreadable_file(path) {
-                    p.add("source.path", format!("input file {} {why}", path.display()));
+                    p.add(
+                        "source.path",
+                        format!("input file {} {why}", path.display()),
+                    );
                 }
             }
         }
