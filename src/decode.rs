@@ -283,10 +283,18 @@ mod tests {
         assert_eq!(row.version.unwrap().numeric, "1704067200000000000");
         let letter = by_field.decode(rec(r#"{"id":1,"at":"soon"}"#)).unwrap_err();
         assert!(letter.reason.contains("version /at"), "{}", letter.reason);
-        assert_eq!(letter.key.as_deref(), Some("1"), "a bad version keeps the key");
+        assert_eq!(
+            letter.key.as_deref(),
+            Some("1"),
+            "a bad version keeps the key"
+        );
         let missing = by_field.decode(rec(r#"{"id":1}"#)).unwrap_err();
         assert_eq!(missing.reason, "missing version /at");
-        assert_eq!(missing.key.as_deref(), Some("1"), "a missing version keeps the key");
+        assert_eq!(
+            missing.key.as_deref(),
+            Some("1"),
+            "a missing version keeps the key"
+        );
     }
 
     #[test]

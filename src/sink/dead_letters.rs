@@ -92,7 +92,10 @@ mod tests {
                 ("bin".into(), Some(b"\xff\x00"[..].into())),
                 ("flag".into(), None),
                 ("trace".into(), Some(b"again"[..].into())),
-                ("n".into(), Some(HeaderValue::Json(serde_json::json!({"a": [1]})))),
+                (
+                    "n".into(),
+                    Some(HeaderValue::Json(serde_json::json!({"a": [1]}))),
+                ),
             ],
             ..Default::default()
         };

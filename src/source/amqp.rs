@@ -27,8 +27,8 @@ mod headers;
 pub mod settings;
 
 use broker::passive_declare;
-use headers::header_list;
 pub use broker::{QueueDepth, connect, inspect};
+use headers::header_list;
 
 /// How long a pull waits for the first delivery when none is buffered.
 const FIRST_DELIVERY_WAIT: Duration = Duration::from_millis(50);

@@ -131,7 +131,11 @@ mod tests {
             ),
         ];
         for (value, expected) in cases {
-            assert_eq!(header_value(&value), Some(HeaderValue::Json(expected)), "{value:?}");
+            assert_eq!(
+                header_value(&value),
+                Some(HeaderValue::Json(expected)),
+                "{value:?}"
+            );
         }
         assert_eq!(
             header_value(&AMQPValue::ByteArray(ByteArray::from(vec![0xff_u8, 0xfe]))),
