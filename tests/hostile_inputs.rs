@@ -93,6 +93,19 @@ fn no_flag_of_any_command_reaches_a_panic() {
     write_records(&dir.path().join("in.ndjson"), 3, &[]);
     write_config(dir.path(), "in.ndjson", 1000.0, "");
     let closed = format!("http://127.0.0.1:{}", free_port());
+    // `leases resize` against the real lease store, on a pool of its own.
+    let leases_dir = tempfile::tempdir().unwrap();
+    write_records(&leases_dir.path().join("in.ndjson"), 3, &[]);
+    write_config(
+        leases_dir.path(),
+        "in.ndjson",
+        1000.0,
+        &format!(
+            "[leases]\nstore = \"{}\"\npool = \"{}\"\ncapacity = 100\npartitions = 2\n",
+            pg_url(),
+            unique("hostile")
+        ),
+    );
     // Each: the arguments before the value, and those after it.
     let flags: Vec<(Vec<OsString>, Vec<OsString>)> = vec![
         (os(&["run", "--until-empty", "--rate"]), vec![]),
@@ -149,11 +162,16 @@ fn no_flag_of_any_command_reaches_a_panic() {
     std::thread::scope(|scope| {
         for group in flags.chunks(flags.len().div_ceil(4)) {
             let dir = dir.path();
+            let leases_dir = leases_dir.path();
             scope.spawn(move || {
                 for (before, after) in group {
                     // `init` writes where it is told: in a directory of its own.
                     let own = tempfile::tempdir().unwrap();
-                    let at = if before[0] == "init" { own.path() } else { dir };
+                    let at = match before[0].to_str() {
+                        Some("init") => own.path(),
+                        Some("leases") => leases_dir,
+                        _ => dir,
+                    };
                     for value in hostile() {
                         let mut args = before.clone();
                         args.push(value.clone());
@@ -170,6 +188,37 @@ fn no_flag_of_any_command_reaches_a_panic() {
             });
         }
     });
+}
+
+/// `leases resize` stores what every worker of the pool reads: it takes the bounds the
+/// configuration holds `leases.capacity` and `leases.partitions` to.
+#[test]
+fn leases_resize_takes_the_configuration_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 3, &[]);
+    write_config(
+        dir.path(),
+        "in.ndjson",
+        1000.0,
+        &format!(
+            "[leases]\nstore = \"{}\"\npool = \"{}\"\ncapacity = 100\npartitions = 2\n",
+            pg_url(),
+            unique("resize_bounds")
+        ),
+    );
+    for (flag, value) in [
+        ("--capacity", "1e-300"),
+        ("--capacity", "1e300"),
+        ("--partitions", "4294967295"),
+    ] {
+        let out = run_in(
+            dir.path(),
+            &["leases", "resize", "-c", "sluice.toml", flag, value],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(flag), "{flag} {value}: {err}");
+    }
 }
 
 /// The same values as environment variables for a few keys of each type.
