@@ -58,7 +58,7 @@ impl Decoder {
                 };
                 let version = match upsert.version_of(record.position.start, None) {
                     Ok(v) => v,
-                    Err(reason) => return Err(reject(record, reason)),
+                    Err(reason) => return Err(keyed(reject(record, reason), key)),
                 };
                 return Ok(Row {
                     key,
@@ -108,7 +108,7 @@ impl Decoder {
             None => (None, false),
             Some(upsert) => match upsert.version_of(record.position.start, Some(&value)) {
                 Ok(v) => (Some(v), upsert.is_delete(&value)),
-                Err(reason) => return Err(reject(record, reason)),
+                Err(reason) => return Err(keyed(reject(record, reason), key)),
             },
         };
         // The payload was valid JSON, hence valid UTF-8.
@@ -121,6 +121,15 @@ impl Decoder {
             version,
             delete,
         })
+    }
+}
+
+/// A letter for a record whose key was found before its fault: it keeps the key, so the
+/// letter says which record it was.
+fn keyed(letter: DeadLetter, key: String) -> DeadLetter {
+    DeadLetter {
+        key: Some(key),
+        ..letter
     }
 }
 
@@ -280,8 +289,16 @@ mod tests {
         let letter = by_field.decode(rec(r#"{"id":1,"at":"soon"}"#)).unwrap_err();
         assert!(letter.reason.contains("version /at"), "{}", letter.reason);
         assert_eq!(
-            by_field.decode(rec(r#"{"id":1}"#)).unwrap_err().reason,
-            "missing version /at"
+            letter.key.as_deref(),
+            Some("1"),
+            "a bad version keeps the key"
+        );
+        let missing = by_field.decode(rec(r#"{"id":1}"#)).unwrap_err();
+        assert_eq!(missing.reason, "missing version /at");
+        assert_eq!(
+            missing.key.as_deref(),
+            Some("1"),
+            "a missing version keeps the key"
         );
     }
 

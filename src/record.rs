@@ -36,9 +36,25 @@ pub struct SourceContext {
     pub key: Option<Vec<u8>>,
     /// Message headers in order (Kafka headers, the AMQP header table); a value as sent,
     /// or None for a header without one.
-    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    pub headers: Vec<(String, Option<HeaderValue>)>,
     /// The message had no value at all (a Kafka tombstone), not merely an empty one.
     pub tombstone: bool,
+}
+
+/// A header's value as the source sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderValue {
+    /// Bytes (Kafka headers, AMQP strings and byte arrays): shown as text, or as hex when
+    /// they are not UTF-8.
+    Bytes(Vec<u8>),
+    /// A typed value (AMQP numbers, booleans, timestamps, tables, arrays) as JSON.
+    Json(serde_json::Value),
+}
+
+impl From<&[u8]> for HeaderValue {
+    fn from(bytes: &[u8]) -> Self {
+        HeaderValue::Bytes(bytes.to_vec())
+    }
 }
 
 /// A decoded record, ready for the sink.

@@ -19,6 +19,8 @@ pub struct Stats {
     pub deleted: AtomicU64,
     pub stale: AtomicU64,
     pub superseded: AtomicU64,
+    /// Records the sink's own code chose not to store (a trigger returning NULL).
+    pub skipped_by_sink: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub throttled: AtomicU64,
     /// Records a sink answering record by record refused for now (and were sent again).
@@ -179,6 +181,7 @@ impl Stats {
             deleted: self.deleted.load(Relaxed),
             stale: self.stale.load(Relaxed),
             superseded: self.superseded.load(Relaxed),
+            skipped_by_sink: self.skipped_by_sink.load(Relaxed),
             throttled: self.throttled.load(Relaxed),
             throttled_records: self.throttled_records.load(Relaxed),
             retries: self.retries.load(Relaxed),
@@ -211,6 +214,10 @@ pub struct Summary {
     /// Upsert mode: records left out because a newer version of their key was in the same
     /// batch (PostgreSQL updates a row once per statement).
     pub superseded: u64,
+    /// Records the sink took but its own code chose not to store: a PostgreSQL trigger
+    /// returning NULL, a DO INSTEAD rule. Neither written nor duplicates; acknowledged,
+    /// since sending them again changes nothing.
+    pub skipped_by_sink: u64,
     /// Writes the sink answered with "slow down".
     pub throttled: u64,
     /// Records a bulk answer refused for now and that were sent again alone (the rest of
@@ -250,10 +257,15 @@ impl std::fmt::Display for Summary {
         };
         write!(
             f,
-            "pulled {} · written {} · duplicates {}{} · dead-lettered {} · throttled {} · retries {} · resent unanswered {} · {:.1} s ({:.0} rec/s){}{}",
+            "pulled {} · written {} · duplicates {}{}{} · dead-lettered {} · throttled {} · retries {} · resent unanswered {} · {:.1} s ({:.0} rec/s){}{}",
             self.pulled,
             self.written,
             self.duplicates,
+            if self.skipped_by_sink > 0 {
+                format!(" · skipped by the sink {}", self.skipped_by_sink)
+            } else {
+                String::new()
+            },
             if self.deleted + self.stale + self.superseded > 0 {
                 format!(
                     " · deleted {} · stale {} · superseded {}",

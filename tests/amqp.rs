@@ -174,3 +174,32 @@ fn produce_publishes_every_line_with_confirms_and_run_drains_them() {
     assert_eq!(rows(dir.path()), 2_500);
     assert_eq!(amqp_queue_counts(&queue), (0, 0));
 }
+
+/// A key longer than an AMQP message id holds (255 bytes) is no reason to stop: produce
+/// publishes every line (the id is the key's digest) and the worker, keying by the payload,
+/// writes each record under its full key.
+#[test]
+fn produce_loads_a_key_too_long_for_a_message_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = unique("sluice_long_key");
+    let long = "k".repeat(300);
+    std::fs::write(
+        dir.path().join("in.ndjson"),
+        format!("{{\"id\":\"a\"}}\n{{\"id\":\"{long}\"}}\n{{\"id\":\"b\"}}\n"),
+    )
+    .unwrap();
+    config(dir.path(), &queue, 1_000.0);
+    let out = run_in(dir.path(), &["produce", "-c", "sluice.toml", "in.ndjson"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "3");
+    let out = finish(worker(dir.path(), true), Duration::from_secs(60));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(rows(dir.path()), 3);
+    assert_eq!(
+        sqlite_count(
+            &dir.path().join("out.db"),
+            &format!("select count(*) from records where key = '{long}'")
+        ),
+        1
+    );
+}

@@ -2,6 +2,8 @@
 
 mod common;
 
+use std::process::Command;
+
 use common::*;
 
 fn check_refused(extra_env: &[(&str, &str)], config_tail: &str, input: &str, key: &str) {
@@ -227,4 +229,170 @@ fn aperture_settings_that_cannot_hold() {
         assert_eq!(out.status.code(), Some(2), "{aperture}: {err}");
         assert!(err.contains(key), "{aperture}: should name {key}: {err}");
     }
+}
+
+#[test]
+fn an_amqp_queue_name_longer_than_amqp_carries() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = "q".repeat(256);
+    std::fs::write(
+        dir.path().join("sluice.toml"),
+        format!(
+            "[source]\nkind = \"amqp\"\nurl = \"amqp://guest:guest@127.0.0.1:5672/%2f\"\nqueue = \"{queue}\"\n\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://out.db\"\n"
+        ),
+    )
+    .unwrap();
+    for command in ["check", "run", "plan", "produce"] {
+        let out = run_in(dir.path(), &[command, "-c", "sluice.toml"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{command}: {err}");
+        assert!(
+            err.contains("source.queue") && err.contains("255"),
+            "{command}: {err}"
+        );
+    }
+}
+
+#[test]
+fn an_empty_lease_pool_name() {
+    for pool in ["pool = \"\"\n", "pool = \"  \"\n", ""] {
+        check_refused(
+            &[],
+            &format!(
+                "[leases]\nstore = \"postgres://u@127.0.0.1/db\"\n{pool}capacity = 100\npartitions = 4\n"
+            ),
+            "in.ndjson",
+            "leases.pool",
+        );
+    }
+}
+
+#[test]
+fn a_tick_too_short_to_smooth_anything() {
+    for tick in ["1ns", "9ms"] {
+        check_refused(&[("SLUICE_RATE__TICK", tick)], "", "in.ndjson", "rate.tick");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 3, &[]);
+    write_config(dir.path(), "in.ndjson", 100.0, "");
+    let out = sluice()
+        .current_dir(dir.path())
+        .args(["run", "-c", "sluice.toml", "--until-empty"])
+        .env("SLUICE_RATE__TICK", "10ms")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "10ms is taken: {}",
+        stderr(&out)
+    );
+}
+
+/// A string key takes digits (or `true`) from the environment as the text they are, as the
+/// README promises for SLUICE_TELEMETRY__TOKEN; numeric keys still read numbers.
+#[test]
+fn string_keys_take_digits_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 3, &[]);
+    write_config(dir.path(), "in.ndjson", 100.0, "");
+    let out = sluice()
+        .current_dir(dir.path())
+        .args(["run", "-c", "sluice.toml", "--until-empty"])
+        .env("SLUICE_TELEMETRY__TOKEN", "123456")
+        .env("SLUICE_SINK__TABLE", "t_2024")
+        .env("SLUICE_RATE__RECORDS_PER_SECOND", "500")
+        .env("SLUICE_SINK__MAX_BATCH", "2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        sqlite_count(&dir.path().join("out.db"), "select count(*) from t_2024"),
+        3
+    );
+    // Digits reach the key's own check as text, not a type error.
+    let out = sluice()
+        .current_dir(dir.path())
+        .args(["check", "-c", "sluice.toml"])
+        .env("SLUICE_SINK__TABLE", "2024")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(err.contains("\"2024\" is not a plain identifier"), "{err}");
+    let out = sluice()
+        .current_dir(dir.path())
+        .args(["check", "-c", "sluice.toml"])
+        .env("SLUICE_RATE__RECORDS_PER_SECOND", "fast")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("rate.records_per_second") && err.contains("SLUICE_RATE__RECORDS_PER_SECOND"),
+        "the key and the variable are named: {err}"
+    );
+}
+
+/// Each reason a file cannot be read is told as itself, naming the file.
+#[test]
+fn files_that_cannot_be_read_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("conf.d")).unwrap();
+    let out = run_in(dir.path(), &["check", "-c", "conf.d"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("conf.d is a directory"), "{err}");
+
+    std::fs::write(dir.path().join("latin1.toml"), b"# caf\xe9\n").unwrap();
+    let out = run_in(dir.path(), &["check", "-c", "latin1.toml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("latin1.toml cannot be read") && err.contains("UTF-8"),
+        "{err}"
+    );
+    assert!(!err.contains("source:"), "not blamed on [source]: {err}");
+
+    std::fs::create_dir(dir.path().join("in.ndjson")).unwrap();
+    write_config(dir.path(), "in.ndjson", 100.0, "");
+    let out = run_in(dir.path(), &["check", "-c", "sluice.toml"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("source.path") && err.contains("in.ndjson is a directory"),
+        "{err}"
+    );
+}
+
+/// A configuration file the user may not read: "Permission denied", naming the file. Root
+/// reads every file, so the binary runs as nobody (setpriv) when the tests run as root.
+#[test]
+fn an_unreadable_config_file_is_named() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_records(&dir.path().join("in.ndjson"), 3, &[]);
+    let config = write_config(dir.path(), "in.ndjson", 100.0, "");
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    let mut cmd = if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_sluice"));
+        c
+    } else {
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o000)).unwrap();
+        sluice()
+    };
+    let out = cmd
+        .current_dir(dir.path())
+        .args(["check", "-c", "sluice.toml"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("configuration file sluice.toml cannot be read: Permission denied"),
+        "{err}"
+    );
 }

@@ -106,3 +106,40 @@ fn every_config_is_valid_and_points_at_compose_services() {
     let replicas = doc["services"]["sluice"]["deploy"]["replicas"].as_u64();
     assert_eq!(replicas, Some(3));
 }
+
+/// Services that start by default publish no host port (a local PostgreSQL or broker would
+/// clash); one that does, or that no default service uses, sits behind a profile.
+#[test]
+fn default_services_publish_nothing_and_are_all_used() {
+    let doc = compose();
+    let services = doc["services"].as_mapping().unwrap();
+    let default: Vec<(&str, &serde_yaml::Value)> = services
+        .iter()
+        .filter(|(_, svc)| svc["profiles"].is_null())
+        .map(|(name, svc)| (name.as_str().unwrap(), svc))
+        .collect();
+    for (name, svc) in &default {
+        assert!(
+            svc["ports"].is_null(),
+            "service {name} publishes host ports by default: {:?}",
+            svc["ports"]
+        );
+    }
+    let commands = commands(&doc);
+    for (name, _) in &default {
+        let runs_sluice = commands[*name].iter().any(|a| a == "--config");
+        let needed = default.iter().any(|(_, other)| {
+            other["depends_on"]
+                .as_mapping()
+                .is_some_and(|d| d.contains_key(*name))
+        });
+        assert!(
+            runs_sluice || needed,
+            "service {name} starts by default but nothing uses it: give it a profile"
+        );
+    }
+    assert!(
+        !default.iter().any(|(name, _)| *name == "rabbitmq"),
+        "no default worker reads RabbitMQ"
+    );
+}

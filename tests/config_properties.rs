@@ -118,7 +118,7 @@ fn values(t: Type) -> &'static [&'static str] {
 const BASES: &[(&str, &[&str])] = &[
     // file → sqlite, leases in PostgreSQL.
     (
-        "[source]\nkind = \"file\"\npath = \"{dir}/in.ndjson\"\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://{dir}/out.db\"\nkey = \"/id\"\n[leases]\nstore = \"postgres://u@127.0.0.1/db\"\ncapacity = 600\npartitions = 6\n",
+        "[source]\nkind = \"file\"\npath = \"{dir}/in.ndjson\"\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://{dir}/out.db\"\nkey = \"/id\"\n[leases]\nstore = \"postgres://u@127.0.0.1/db\"\npool = \"p\"\ncapacity = 600\npartitions = 6\n",
         &[
             "sink.timeout",
             "sink.balance.decay",

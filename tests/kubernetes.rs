@@ -10,73 +10,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_yaml::Value;
 use sluice::config::{Config, Overrides};
 
-const DIR: &str = "deploy/kubernetes";
+mod kubernetes_support;
+use kubernetes_support::*;
+
 /// The largest peak RSS measured (README, throughput ceilings: RabbitMQ → PostgreSQL,
 /// limits off). Memory stays flat with the backlog, so requests and limits follow it.
 const PEAK_RSS_MIB: f64 = 44.9;
-
-fn tool(name: &str) -> PathBuf {
-    let path = Path::new(".venv/bin").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: scripts/manifest-tools.sh installs it (tests/run.sh runs it)",
-        path.display()
-    );
-    path
-}
-
-fn manifest_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(DIR)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .filter(|p| !p.ends_with("kustomization.yaml"))
-        .collect();
-    files.sort();
-    files
-}
-
-/// Every object of every manifest, with the file it came from.
-fn objects() -> Vec<(PathBuf, Value)> {
-    let mut out = Vec::new();
-    for file in manifest_files() {
-        let text = std::fs::read_to_string(&file).unwrap();
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value =
-                Value::deserialize(doc).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-            if !value.is_null() {
-                out.push((file.clone(), value));
-            }
-        }
-    }
-    out
-}
-
-fn of_kind<'a>(all: &'a [(PathBuf, Value)], kind: &str) -> Vec<&'a Value> {
-    all.iter()
-        .filter(|(_, v)| v["kind"] == kind)
-        .map(|(_, v)| v)
-        .collect()
-}
-
-fn name(v: &Value) -> &str {
-    v["metadata"]["name"].as_str().expect("metadata.name")
-}
-
-fn named<'a>(all: &'a [(PathBuf, Value)], kind: &str, wanted: &str) -> &'a Value {
-    of_kind(all, kind)
-        .into_iter()
-        .find(|v| name(v) == wanted)
-        .unwrap_or_else(|| panic!("no {kind} {wanted}"))
-}
-
-fn str_of(v: &Value) -> &str {
-    v.as_str().unwrap_or_else(|| panic!("not a string: {v:?}"))
-}
 
 /// The ConfigMap's configurations loaded as a pod would: the Secret's values in files
 /// where the pod mounts it. Key → configuration.
@@ -153,29 +95,55 @@ fn mib(q: &Value) -> f64 {
     }
 }
 
+/// The Kubernetes minors the manifests are validated against: from 1.30, the oldest still
+/// run under the cloud providers' extended support (the oldest minor supported upstream
+/// is 1.35 as of late 2026, 1.34 having reached its end of life in October), to the newest
+/// kubernetes-validate knows.
+const MINORS: std::ops::RangeInclusive<u32> = 30..=37;
+
 #[test]
 fn every_manifest_matches_the_kubernetes_schemas() {
     let files = manifest_files();
-    let out = Command::new(tool("kubernetes-validate"))
-        .args(["--strict", "--quiet"])
-        .args(&files)
-        .output()
-        .unwrap();
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{report}");
-    // Only KEDA's kinds lack a built-in schema; they are checked below.
-    for line in report.lines().filter(|l| !l.trim().is_empty()) {
-        assert!(
-            line.contains("Couldn't find schema for kind")
-                && line.contains("api version keda.sh/v1alpha1"),
-            "{line}"
+    for minor in MINORS {
+        let version = format!("1.{minor}.0");
+        let out = Command::new(tool("kubernetes-validate"))
+            .args(["--strict", "--quiet", "--kubernetes-version", &version])
+            .args(&files)
+            .output()
+            .unwrap();
+        let report = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
         );
+        assert!(out.status.success(), "Kubernetes {version}: {report}");
+        // Only KEDA's kinds lack a built-in schema; they are checked below.
+        for line in report.lines().filter(|l| !l.trim().is_empty()) {
+            assert!(
+                line.contains("Couldn't find schema for kind")
+                    && line.contains("api version keda.sh/v1alpha1"),
+                "Kubernetes {version}: {line}"
+            );
+        }
     }
     let all = objects();
+    // The API server requires a pod condition's `status` before 1.37, where the 1.35 and
+    // 1.36 schemas do not say so.
+    for job in of_kind(&all, "Job") {
+        for rule in job["spec"]["podFailurePolicy"]["rules"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+        {
+            for condition in rule["onPodConditions"].as_sequence().into_iter().flatten() {
+                assert!(
+                    condition["status"].is_string(),
+                    "{}: onPodConditions {condition:?} without a status",
+                    name(job)
+                );
+            }
+        }
+    }
     assert!(all.len() >= 12, "{} objects", all.len());
     for (file, v) in &all {
         if v["kind"] != "Namespace" {

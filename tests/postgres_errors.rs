@@ -10,112 +10,8 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::pg::*;
 use common::*;
-
-/// Runs one statement (or a few, separated by `;`) against `url`.
-fn execute(url: &str, sql: &str) {
-    block_on(async {
-        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
-            .await
-            .unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        sqlx::Connection::close(conn).await.unwrap();
-    })
-}
-
-/// One integer from `url`.
-fn count(url: &str, sql: &str) -> i64 {
-    block_on(async {
-        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
-            .await
-            .unwrap();
-        let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_string()))
-            .fetch_one(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        sqlx::Connection::close(conn).await.unwrap();
-        n
-    })
-}
-
-/// One column of text values from `url`.
-fn texts(url: &str, sql: &str) -> Vec<String> {
-    block_on(async {
-        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
-            .await
-            .unwrap();
-        let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_string()))
-            .fetch_all(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        sqlx::Connection::close(conn).await.unwrap();
-        rows.into_iter().map(|(t,)| t).collect()
-    })
-}
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
-/// A database of this test's own, dropped at the end; its settings can be changed
-/// without touching the shared `sluice_test`.
-struct Db {
-    name: String,
-    url: String,
-}
-
-impl Db {
-    fn create(prefix: &str) -> Db {
-        let name = unique(prefix);
-        execute(&pg_url(), &format!("CREATE DATABASE {name}"));
-        let base = pg_url();
-        let url = format!("{}/{name}", &base[..base.rfind('/').unwrap()]);
-        Db { name, url }
-    }
-
-    /// Runs `sql` from the shared database (ALTER DATABASE cannot run inside this one
-    /// while it refuses connections).
-    fn admin(&self, sql: &str) {
-        execute(&pg_url(), &sql.replace("{db}", &self.name));
-    }
-
-    /// Ends every session of this database, as a failover or a maintenance start would.
-    fn terminate_sessions(&self) {
-        self.admin(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE datname = '{db}' AND pid <> pg_backend_pid()",
-        );
-    }
-
-    fn count(&self, sql: &str) -> i64 {
-        count(&self.url, sql)
-    }
-
-    /// The table sluice would create, made first so a trigger can be put on it.
-    fn records_table(&self) {
-        execute(
-            &self.url,
-            "CREATE TABLE records (key text PRIMARY KEY, payload jsonb NOT NULL, source text, \
-             ingested_at timestamptz NOT NULL DEFAULT now())",
-        );
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(|| {
-            self.admin("ALTER DATABASE {db} ALLOW_CONNECTIONS true");
-            self.admin("DROP DATABASE {db} WITH (FORCE)");
-        });
-    }
-}
 
 /// A file → PostgreSQL config; at most 2 attempts per record, so a "not now" state
 /// wrongly taken for a transient one dead-letters records within the test.
@@ -134,14 +30,6 @@ fn config(dir: &Path, db: &Db, rate: u32, max_batch: usize) {
     .unwrap();
 }
 
-fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Starts a worker draining 1,000 records at 250 rec/s, brings `begin` about once it has
 /// written some, keeps it for 2 s (the worker must stay up), then `end`s it; the worker
 /// must finish with every record written and none dead-lettered, having met `code`.
@@ -151,7 +39,7 @@ fn waits_out(prefix: &str, code: &str, begin: impl Fn(&Db), end: impl Fn(&Db)) {
     write_records(&dir.path().join("in.ndjson"), 1000, &[]);
     config(dir.path(), &db, 250, 50);
     let mut child = worker(dir.path(), true);
-    wait_until("first rows written", Duration::from_secs(30), || {
+    poll(Duration::from_secs(30), "first rows written", || {
         db.count("SELECT count(*) FROM pg_tables WHERE tablename = 'records'") == 1
             && db.count("SELECT count(*) FROM records") > 0
     });
@@ -374,47 +262,95 @@ fn an_unclassified_error_of_single_rows_is_isolated_by_splitting() {
     assert_eq!(letters, rejected_keys());
 }
 
+/// A key of `digits` pseudo-random digits seeded by `seed`: they do not compress below
+/// the index's limit (2,704 bytes for a btree, 8,191 for any index row).
+fn incompressible_key(seed: u64, digits: usize) -> String {
+    let mut x = seed;
+    (0..digits / 8)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            format!("{:08}", (x >> 33) % 100_000_000)
+        })
+        .collect()
+}
+
+/// Drains `ids` (one record each) in batches of `max_batch`; every key in `bad` must be
+/// dead-lettered with `sqlstate`, every other written, twice over (a finished load leaves
+/// no checkpoint: the rerun sends everything again, stops on nothing, stores nothing twice).
+fn only_the_bad_keys_are_dead_lettered(
+    prefix: &str,
+    ids: &[String],
+    bad: &[String],
+    sqlstate: &str,
+    max_batch: usize,
+) {
+    let db = Db::create(prefix);
+    let dir = tempfile::tempdir().unwrap();
+    let body: String = ids
+        .iter()
+        .enumerate()
+        .map(|(n, id)| format!("{}\n", serde_json::json!({"id": id, "n": n})))
+        .collect();
+    std::fs::write(dir.path().join("in.ndjson"), body).unwrap();
+    config(dir.path(), &db, 5000, max_batch);
+    for run in ["first run", "rerun"] {
+        let out = finish(worker(dir.path(), true), Duration::from_secs(60));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{run}: {err}");
+        assert_eq!(
+            db.count("SELECT count(*) FROM records"),
+            (ids.len() - bad.len()) as i64,
+            "{run}: {err}"
+        );
+        assert_eq!(
+            db.count(&format!(
+                "SELECT count(*) FROM sluice_dead_letters WHERE reason LIKE '%SQLSTATE {sqlstate}:%'"
+            )),
+            bad.len() as i64,
+            "{run}: {err}"
+        );
+        assert_eq!(
+            db.count("SELECT count(*) FROM sluice_dead_letters"),
+            bad.len() as i64
+        );
+    }
+}
+
 #[test]
 fn an_index_row_too_big_is_a_row_error() {
-    // 54000 ("index row size exceeds btree maximum") is unclassified: it may be one row's
-    // (this one) or everyone's (XID wraparound protection). Splitting shows it is the row's.
-    let db = Db::create("notnow_bigkey");
-    let dir = tempfile::tempdir().unwrap();
-    let mut body = String::new();
-    let mut big = Vec::new();
-    for i in 1..=300u64 {
-        let id = if i % 97 == 0 {
-            // 6,400 pseudo-random digits: they do not compress below the index's limit.
-            let mut x = i;
-            let key: String = (0..800)
-                .map(|_| {
-                    x = x
-                        .wrapping_mul(6_364_136_223_846_793_005)
-                        .wrapping_add(1_442_695_040_888_963_407);
-                    format!("{:08}", (x >> 33) % 100_000_000)
-                })
-                .collect();
-            big.push(key.clone());
-            key
-        } else {
-            format!("k{i}")
-        };
-        body.push_str(&format!("{{\"id\":\"{id}\",\"n\":{i}}}\n"));
-    }
-    std::fs::write(dir.path().join("in.ndjson"), body).unwrap();
-    config(dir.path(), &db, 5000, 100);
-    let out = finish(worker(dir.path(), true), Duration::from_secs(60));
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(0), "{err}");
-    assert_eq!(
-        db.count("SELECT count(*) FROM records"),
-        300 - big.len() as i64
-    );
-    assert_eq!(
-        db.count("SELECT count(*) FROM sluice_dead_letters WHERE reason LIKE '%SQLSTATE 54000:%'"),
-        big.len() as i64,
-        "{err}"
-    );
+    // 54000 "index row requires 9016 bytes": among neighbours, in batches of 100.
+    let big: Vec<String> = (1..=3).map(|i| incompressible_key(i, 6400)).collect();
+    let ids: Vec<String> = (1..=300)
+        .map(|i| match i % 97 {
+            0 => big[i / 97 - 1].clone(),
+            _ => format!("k{i}"),
+        })
+        .collect();
+    only_the_bad_keys_are_dead_lettered("rows_bigkey", &ids, &big, "54000", 100);
+}
+
+#[test]
+fn a_record_over_a_program_limit_alone_in_its_batch_is_dead_lettered() {
+    // One record per batch: no neighbour can show whose fault the error is, only its
+    // SQLSTATE. A 9,000-character key is its record's, however often it is sent.
+    let big: Vec<String> = (1..=3).map(|i| incompressible_key(i, 9000)).collect();
+    let ids: Vec<String> = (1..=12)
+        .map(|i| match i % 4 {
+            0 => big[i / 4 - 1].clone(),
+            _ => format!("k{i}"),
+        })
+        .collect();
+    only_the_bad_keys_are_dead_lettered("rows_bigkey_alone", &ids, &big, "54000", 1);
+}
+
+#[test]
+fn a_data_exception_alone_in_its_batch_is_dead_lettered() {
+    // A NUL in a key: text cannot hold it (22021), whatever batch it is in.
+    let bad = vec!["k\u{0}nul".to_string()];
+    let ids: Vec<String> = ["k1", "k2", &bad[0], "k4"].map(String::from).to_vec();
+    only_the_bad_keys_are_dead_lettered("rows_nul_alone", &ids, &bad, "22021", 1);
 }
 
 #[test]
@@ -447,7 +383,7 @@ fn a_dropped_table_stops_the_worker_without_dead_letters() {
     write_records(&dir.path().join("in.ndjson"), 1000, &[]);
     config(dir.path(), &db, 250, 50);
     let child = worker(dir.path(), true);
-    wait_until("first rows written", Duration::from_secs(30), || {
+    poll(Duration::from_secs(30), "first rows written", || {
         db.count("SELECT count(*) FROM pg_tables WHERE tablename = 'records'") == 1
             && db.count("SELECT count(*) FROM records") > 0
     });

@@ -40,16 +40,21 @@ pub async fn probe_all(config: &Config, timeout: Duration) -> Vec<Probe> {
     probes.extend(sink::probes(config, timeout).await);
     if let Some(l) = &config.leases {
         let what = format!("lease store {}", l.store);
-        let result = if l.by_assignment() {
-            Ok("the capacity follows the Kafka group's assignment".into())
+        if l.by_assignment() {
+            probes.push(Probe {
+                what,
+                result: Ok("the capacity follows the Kafka group's assignment".into()),
+            });
         } else {
-            within(
-                timeout,
-                postgres(&l.store, &["sluice_leases", "sluice_lease_members"]),
-            )
-            .await
-        };
-        probes.push(Probe { what, result });
+            let tables = crate::lease::postgres::tables();
+            match within(timeout, postgres(&l.store, &tables)).await {
+                Ok(found) => probes.extend(found.probes(what, "")),
+                Err(e) => probes.push(Probe {
+                    what,
+                    result: Err(e),
+                }),
+            }
+        }
     }
     for probe in &config.health.probe {
         // Reached and read: ok, whatever the value (over max holds writes, it is no fault).
@@ -58,7 +63,8 @@ pub async fn probe_all(config: &Config, timeout: Duration) -> Vec<Probe> {
         let reading = within(timeout, async {
             match task.run_once(&mut conns).await {
                 crate::control::health::Reading::Value(v) => {
-                    Ok(format!("reads {v} (max {})", probe.max()))
+                    let tls = task.tls(&mut conns).await;
+                    Ok(format!("reads {v} (max {}), {tls}", probe.max()))
                 }
                 crate::control::health::Reading::Failed(e) => Err(e),
             }
@@ -82,9 +88,9 @@ pub async fn probe_all(config: &Config, timeout: Duration) -> Vec<Probe> {
     probes
 }
 
-async fn within<F>(timeout: Duration, probe: F) -> Result<String, String>
+async fn within<T, F>(timeout: Duration, probe: F) -> Result<T, String>
 where
-    F: Future<Output = Result<String, String>>,
+    F: Future<Output = Result<T, String>>,
 {
     match tokio::time::timeout(timeout, probe).await {
         Ok(result) => result,

@@ -9,6 +9,10 @@ use sqlx::postgres::PgConnection;
 
 use super::{Probe, within, writable};
 use crate::config::Config;
+use crate::redact::redact;
+use crate::sink::postgres::catalog::{self, Judged, TableUse};
+use crate::sink::postgres::sqlstate::describe;
+use crate::sink::postgres::tables::{Target, dead_letter_table};
 use crate::sink::settings::SinkKind;
 
 pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
@@ -38,13 +42,33 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
         }
     };
     let mut probes = Vec::new();
+    // Some table is missing (or lacks columns): opening the sink would create it, which
+    // check must not.
+    let mut creates = false;
+    let several = urls.len() > 1;
     for url in urls {
+        if let (SinkKind::Postgres, Some(own)) = (sink.kind(), sink.postgres()) {
+            let what = format!("sink {url}");
+            match within(timeout, postgres(&url, &Target::of(sink, own).uses())).await {
+                Ok(found) => {
+                    creates |= found.changes();
+                    let at = if several {
+                        format!(" at {}", redact(&url))
+                    } else {
+                        String::new()
+                    };
+                    probes.extend(found.probes(what, &at));
+                }
+                Err(e) => probes.push(Probe {
+                    what,
+                    result: Err(e),
+                }),
+            }
+            continue;
+        }
         let result = match sink.kind() {
             SinkKind::Sqlite => sqlite(&url),
-            SinkKind::Postgres => {
-                let tables = [sink.table.as_str(), "sluice_dead_letters"];
-                within(timeout, postgres(&url, &tables)).await
-            }
+            SinkKind::Postgres => Err("the settings are not of a PostgreSQL sink".into()),
             SinkKind::Http | SinkKind::Elasticsearch => {
                 within(timeout, http(config, &url, timeout)).await
             }
@@ -55,16 +79,11 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
             result,
         });
     }
-    // A mapped table must take the statement every batch runs. Opening the sink prepares
-    // it, and creates only the dead-letter table: so only once that exists.
-    let mapped = sink.columns().is_some();
-    if mapped
-        && probes.iter().all(|p| {
-            p.result
-                .as_deref()
-                .is_ok_and(|n| n.contains("tables present"))
-        })
-    {
+    // A mapped PostgreSQL table must take the statement every batch runs. Opening the sink
+    // prepares it, and creates what is missing: so only when nothing is. (MySQL's own
+    // check prepares its statements without opening the sink.)
+    let mapped = sink.columns().is_some() && sink.kind() == SinkKind::Postgres;
+    if mapped && !creates && probes.iter().all(|p| p.result.is_ok()) {
         let result = within(timeout, async {
             crate::sink::open(sink, &config.sink_opening())
                 .await
@@ -73,17 +92,22 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
         })
         .await;
         probes.push(Probe {
-            what: format!("sink table {}", sink.table),
+            what: format!("sink mapping into {}", sink.table),
             result,
         });
     }
     if let Some(dl) = sink.dead_letters() {
         let (what, result) = match (&dl.url, &dl.path) {
             (Some(url), _) if url.starts_with("sqlite:") => (url.clone(), sqlite(url)),
-            (Some(url), _) => (
-                url.clone(),
-                within(timeout, postgres(url, &["sluice_dead_letters"])).await,
-            ),
+            (Some(url), _) => {
+                let found = within(timeout, postgres(url, &[dead_letter_table()])).await;
+                let result = found.and_then(|mut f| {
+                    let table = f.tables.pop().map(|(_, j)| j.verdict);
+                    let verdict = table.unwrap_or_else(|| Ok(String::new()))?;
+                    Ok(format!("{}; {verdict}", f.note))
+                });
+                (url.clone(), result)
+            }
             (None, Some(path)) => (
                 path.display().to_string(),
                 writable(path).map(|()| "writable".into()),
@@ -129,25 +153,57 @@ fn sqlite(url: &str) -> Result<String, String> {
     }
 }
 
-/// Connects (no pool, one connection), then checks that each table exists or may be
-/// created in the current schema.
-pub(super) async fn postgres(url: &str, tables: &[&str]) -> Result<String, String> {
-    let options = crate::sink::postgres::tls::connect_options(url)
-        .map_err(|e| e.to_string())?
-        .application_name("sluice check");
+/// What `check` found at a PostgreSQL server: the connection, then each table a run uses.
+pub(super) struct PgFindings {
+    /// How the connection went: TLS or not, and as which role.
+    pub(super) note: String,
+    pub(super) tables: Vec<(String, Judged)>,
+}
+
+impl PgFindings {
+    /// One probe for the connection (named `what`), one per table (`at` tells endpoints
+    /// apart when there are several).
+    pub(super) fn probes(self, what: String, at: &str) -> Vec<Probe> {
+        std::iter::once(Probe {
+            what,
+            result: Ok(self.note),
+        })
+        .chain(self.tables.into_iter().map(|(table, judged)| Probe {
+            what: format!("{table}{at}"),
+            result: judged.verdict,
+        }))
+        .collect()
+    }
+
+    /// A run would create or alter some table.
+    pub(super) fn changes(&self) -> bool {
+        self.tables.iter().any(|(_, j)| j.changes)
+    }
+}
+
+/// Connects (no pool, one connection) and, in a READ ONLY transaction, judges each table
+/// a run uses from the catalog: present with the rights the run uses, or missing and
+/// creatable (see [`crate::sink::postgres::catalog::judge`]).
+pub(super) async fn postgres(url: &str, tables: &[TableUse]) -> Result<PgFindings, String> {
+    let options =
+        crate::sink::postgres::tls::connect_options(url)?.application_name("sluice check");
     let mut conn = PgConnection::connect_with(&options).await.map_err(|e| {
         match crate::tls::certificate_refused(&e) {
             Some(why) => format!("cannot connect: TLS handshake failed: {why}"),
-            None => format!("cannot connect: {e}"),
+            None => format!("cannot connect: {}", describe(&e)),
         }
     })?;
+    let mut tx = conn
+        .begin_with("BEGIN READ ONLY")
+        .await
+        .map_err(|e| describe(&e))?;
     // What the connection's TLS is, from the server's side.
-    let (tls_version,): (Option<String>,) = sqlx::query_as(
-        "SELECT CASE WHEN ssl THEN version END FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+    let (tls_version, role): (Option<String>, String) = sqlx::query_as(
+        "SELECT CASE WHEN ssl THEN version END, current_user::text          FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
     )
-    .fetch_one(&mut conn)
+    .fetch_one(&mut *tx)
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| describe(&e))?;
     let tls = match tls_version {
         Some(version) => format!(
             "over TLS ({version}, {})",
@@ -155,36 +211,17 @@ pub(super) async fn postgres(url: &str, tables: &[&str]) -> Result<String, Strin
         ),
         None => "without TLS".to_string(),
     };
-    let mut missing = Vec::new();
-    for table in tables {
-        let (exists,): (bool,) = sqlx::query_as("SELECT to_regclass($1) IS NOT NULL")
-            .bind(crate::sink::identifier::quote(table))
-            .fetch_one(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        if !exists {
-            missing.push(*table);
-        }
-    }
-    let note = if missing.is_empty() {
-        format!("answers {tls}; tables present")
-    } else {
-        let (may_create,): (bool,) =
-            sqlx::query_as("SELECT has_schema_privilege(current_schema(), 'CREATE')")
-                .fetch_one(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
-        if !may_create {
-            let _ = conn.close().await;
-            return Err(format!(
-                "{} missing and this user may not create tables in the current schema",
-                missing.join(", ")
-            ));
-        }
-        format!("answers {tls}; run creates {}", missing.join(", "))
-    };
+    let judged = catalog::judge(&mut tx, tables).await?;
+    let _ = tx.rollback().await;
     let _ = conn.close().await;
-    Ok(note)
+    Ok(PgFindings {
+        note: format!("answers {tls}, as role {role}"),
+        tables: tables
+            .iter()
+            .map(|t| format!("{} {}", t.what, t.name))
+            .zip(judged)
+            .collect(),
+    })
 }
 
 /// An HTTP endpoint answers (HEAD, with the configured headers); refused credentials fail.

@@ -3,8 +3,10 @@
 
 use clap::{Args, Subcommand};
 
-use super::{ConfigArgs, EXIT_CONFIG, EXIT_RUNTIME, load};
-use crate::config::Overrides;
+use super::{ConfigArgs, EXIT_CONFIG, EXIT_RUNTIME, refused};
+use crate::config::{Config, ConfigOrigin};
+use crate::settings::bounds::rate_problem;
+use crate::telemetry::control::batch_size;
 
 #[derive(Debug, Args)]
 pub(super) struct CtlArgs {
@@ -25,12 +27,12 @@ enum CtlAction {
     Resume,
     /// Records per second at most; "off" goes back to the configuration.
     Rate {
-        #[arg(value_name = "REC_PER_S|off")]
+        #[arg(value_name = "REC_PER_S|off", allow_negative_numbers = true)]
         value: String,
     },
     /// Records per batch at most; "off" goes back to sink.max_batch.
     Batch {
-        #[arg(value_name = "N|off")]
+        #[arg(value_name = "N|off", allow_negative_numbers = true)]
         value: String,
     },
     /// What the operator set, why writes are held, and each probe's last value.
@@ -41,14 +43,16 @@ enum CtlAction {
     },
 }
 
-/// `sluice ctl`: one request to a running worker's operator controls.
+/// `sluice ctl`: one request to a running worker's operator controls. Only `[telemetry]`
+/// is read (the address, the token): the worker has the rest.
 pub(super) async fn ctl(args: CtlArgs) -> u8 {
     use crate::telemetry::control::{SetValue, Status};
-    let (config, origin) = match load(&args.config, &Overrides::default()) {
-        Ok(c) => c,
-        Err(code) => return code,
+    let origin = ConfigOrigin::discover(args.config.config.as_deref());
+    let telemetry = match Config::load_telemetry(&origin) {
+        Ok(t) => t,
+        Err(e) => return refused(&origin, &e),
     };
-    let base = match (&args.url, config.telemetry.listen) {
+    let base = match (&args.url, telemetry.listen) {
         (Some(url), _) => url.trim_end_matches('/').to_string(),
         (None, Some(listen)) => format!("http://{listen}"),
         (None, None) => {
@@ -56,14 +60,21 @@ pub(super) async fn ctl(args: CtlArgs) -> u8 {
             return EXIT_CONFIG;
         }
     };
+    // The worker's own bounds, checked here too: a refused value is exit 2 without a
+    // request.
     let value = |text: &str, what: &str| -> Result<Option<f64>, u8> {
         if text == "off" {
             return Ok(None);
         }
-        match text.parse::<f64>() {
-            Ok(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
-            _ => {
-                say!("sluice: ctl {what} takes a number of at least 0 or \"off\", got {text:?}");
+        let problem = match text.parse::<f64>() {
+            Ok(v) if what == "rate" => rate_problem(v, true).map(|p| format!("a rate {p}")),
+            Ok(v) => batch_size(v).err(),
+            Err(_) => Some(format!("takes a number or \"off\", got {text:?}")),
+        };
+        match problem {
+            None => Ok(text.parse().ok()),
+            Some(problem) => {
+                say!("sluice: ctl {what}: {problem}");
                 Err(EXIT_CONFIG)
             }
         }
@@ -86,7 +97,7 @@ pub(super) async fn ctl(args: CtlArgs) -> u8 {
         },
         CtlAction::Status { .. } => client.get(format!("{base}/control/status")),
     };
-    let request = match &config.telemetry.token {
+    let request = match &telemetry.token {
         Some(token) => request.bearer_auth(token),
         None => request,
     };

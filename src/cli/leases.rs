@@ -11,6 +11,7 @@ use crate::control::lease_table::{LeaseTable, PoolDefinition, WorkerLimits};
 use crate::lease::keeper::LeaseKeeper;
 use crate::lease::postgres::PgLeaseStore;
 use crate::lease::{LeaseError, LeaseStore, check_definition, member_id};
+use crate::settings::bounds::rate_problem;
 use crate::stats::Stats;
 
 #[derive(Debug, Args)]
@@ -144,14 +145,17 @@ async fn resize(args: ResizeArgs) -> u8 {
         say!("sluice: leases resize needs --capacity and/or --partitions");
         return EXIT_CONFIG;
     }
-    if let Some(c) = args.capacity
-        && !(c.is_finite() && c > 0.0)
-    {
-        say!("sluice: --capacity must be a positive number, got {c}");
+    // The bounds leases.capacity and leases.partitions are held to in the configuration:
+    // every worker of the pool reads what is stored here.
+    if let Some(problem) = args.capacity.and_then(|c| rate_problem(c, false)) {
+        say!("sluice: --capacity {problem}");
         return EXIT_CONFIG;
     }
-    if args.partitions == Some(0) {
-        say!("sluice: --partitions must be at least 1");
+    if args
+        .partitions
+        .is_some_and(|p| !(1..=i32::MAX as u32).contains(&p))
+    {
+        say!("sluice: --partitions must be between 1 and {}", i32::MAX);
         return EXIT_CONFIG;
     }
     // A deliberate change: the tables are created if this is the pool's first definition.

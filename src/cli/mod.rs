@@ -126,15 +126,18 @@ pub fn main() -> ExitCode {
 fn load(args: &ConfigArgs, overrides: &Overrides) -> Result<(Config, ConfigOrigin), u8> {
     let origin = ConfigOrigin::discover(args.config.as_deref());
     tracing::info!("configuration: {origin}");
-    match Config::load_from(&origin, overrides) {
-        Ok(config) => Ok((config, origin)),
-        Err(e @ ConfigError::MissingFile(_)) => {
-            say!("sluice: {e}");
-            Err(EXIT_CONFIG)
+    Config::load_from(&origin, overrides)
+        .map(|config| (config, origin.clone()))
+        .map_err(|e| refused(&origin, &e))
+}
+
+/// Says why the configuration `origin` names cannot be used; the exit code for it.
+fn refused(origin: &ConfigOrigin, error: &ConfigError) -> u8 {
+    match error {
+        ConfigError::MissingFile(_) | ConfigError::UnreadableFile { .. } => {
+            say!("sluice: {error}")
         }
-        Err(e) => {
-            say!("sluice: bad configuration ({origin}): {e}");
-            Err(EXIT_CONFIG)
-        }
+        _ => say!("sluice: bad configuration ({origin}): {error}"),
     }
+    EXIT_CONFIG
 }

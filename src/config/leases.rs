@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::schema;
 use crate::settings::Problems;
-use crate::settings::bounds::LEAST_RATE;
+use crate::settings::bounds::{MOST_RATE, rate_problem};
 use crate::source::settings::SourceKind;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -21,7 +21,8 @@ pub struct LeasesConfig {
     pub store: String,
     /// A file holding `store` (a URL with a password stays out of the config and `ps`).
     pub store_file: Option<PathBuf>,
-    /// The shared capacity's name; workers with the same pool share it.
+    /// The shared capacity's name; workers with the same pool share it. Required with a
+    /// lease store: workers that all left it out would share one unnamed pool.
     #[serde(default)]
     pub pool: String,
     /// Records per second the sink takes in total.
@@ -48,21 +49,10 @@ impl LeasesConfig {
     }
 
     pub(super) fn validate(&self, source: SourceKind, p: &mut Problems) {
-        if !(self.capacity.is_finite() && self.capacity >= LEAST_RATE) {
-            p.add(
-                "leases.capacity",
-                format!(
-                    "must be a number of at least {LEAST_RATE}, got {}",
-                    self.capacity
-                ),
-            );
+        if let Some(problem) = rate_problem(self.capacity, false) {
+            p.add("leases.capacity", problem);
         }
-        if !(self.reserved.is_finite() && self.reserved >= 0.0) {
-            p.add(
-                "leases.reserved",
-                format!("must be zero or more, got {}", self.reserved),
-            );
-        }
+        p.within("leases.reserved", self.reserved, 0.0, MOST_RATE);
         p.at_most_a_year("leases.idle_grace", self.idle_grace);
         if self.by_assignment() {
             if source != SourceKind::Kafka {
@@ -72,6 +62,14 @@ impl LeasesConfig {
                 );
             }
             return;
+        }
+        // Every worker naming the same pool shares it: an empty name would be one pool
+        // for every worker that forgot to name theirs.
+        if self.pool.trim().is_empty() {
+            p.add(
+                "leases.pool",
+                "required with a lease store: the shared capacity's name (workers with the same pool share it)",
+            );
         }
         if !(self.store.starts_with("postgres://") || self.store.starts_with("postgresql://")) {
             p.add("leases.store", "must be a postgres:// URL or \"kafka\"");

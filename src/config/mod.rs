@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
+use figment::providers::{Format, Serialized, Toml};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -124,34 +124,13 @@ impl Config {
     /// Reads the configuration `origin` names (a file or the built-in default), applies
     /// `SLUICE_*` variables and the flags, and validates the result.
     pub fn load_from(origin: &ConfigOrigin, overrides: &Overrides) -> Result<Config, ConfigError> {
-        let base = match origin.path() {
-            Some(path) if !path.is_file() => {
-                return Err(ConfigError::MissingFile(path.to_path_buf()));
-            }
-            Some(path) => Toml::file_exact(path),
-            None => Toml::string(origin::BUILT_IN),
-        };
-        let mut figment = Figment::new()
-            .merge(base)
-            // Every key lives in a section, so `SLUICE_SECTION__KEY`; variables without `__`
-            // (SLUICE_LOG) are not configuration. librdkafka's dotted property names cannot
-            // be nested keys: they come in below, one variable each.
-            .merge(
-                Env::prefixed("SLUICE_")
-                    .filter(|k| {
-                        k.as_str().contains("__")
-                            && !k
-                                .as_str()
-                                .to_ascii_uppercase()
-                                .starts_with(environment::KAFKA_PROPERTY_VARS)
-                    })
-                    .split("__"),
-            );
-        let properties = kafka_properties_from_env(std::env::vars());
+        let mut figment = layers(origin)?;
+        let variables = environment::variables()?;
+        let properties = kafka_properties_from_env(variables.iter().cloned());
         if !properties.is_empty() {
             figment = figment.merge(Serialized::default("source.properties", properties));
         }
-        for name in unknown_variables(std::env::vars().map(|(k, _)| k)) {
+        for name in unknown_variables(variables.into_iter().map(|(k, _)| k)) {
             tracing::warn!(
                 "{name} is not a sluice variable and is ignored (configuration keys are SLUICE_SECTION__KEY, with two underscores)"
             );
@@ -200,6 +179,25 @@ impl Config {
         Ok(config)
     }
 
+    /// `[telemetry]` alone, from the file and the environment, checked: all `sluice ctl`
+    /// needs to reach a running worker, so it works where the rest (an input file, a sink)
+    /// would not load, as with the built-in default in any directory.
+    pub fn load_telemetry(origin: &ConfigOrigin) -> Result<TelemetryConfig, ConfigError> {
+        let figment = layers(origin)?;
+        let mut telemetry: TelemetryConfig = figment
+            .focus("telemetry")
+            .extract()
+            .map_err(|e| describe_error_within("telemetry", e))?;
+        telemetry.read_token_file()?;
+        let mut problems = Problems::default();
+        telemetry.validate(&mut problems);
+        problems.into_result()?;
+        if let Some(token) = &telemetry.token {
+            crate::redact::register_secret(token);
+        }
+        Ok(telemetry)
+    }
+
     /// Checks what serde cannot: ranges, relations between keys, pointers, files that must
     /// exist. Every problem is reported, not only the first.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -218,6 +216,38 @@ impl Config {
         self.health.validate(&self.sink, &mut p);
         p.into_result()
     }
+}
+
+/// The file `origin` names (or the built-in default) under the `SLUICE_*` variables. A
+/// file that cannot be read says why, naming it.
+fn layers(origin: &ConfigOrigin) -> Result<Figment, ConfigError> {
+    let base = match origin.path() {
+        Some(path) => {
+            // Read once here, so that a directory, a refused read or bytes that are not
+            // text are told as such, naming the file (figment would say "source: …").
+            let unreadable = crate::settings::unreadable_file(path).or_else(|| {
+                std::fs::read_to_string(path)
+                    .err()
+                    .map(|e| format!("cannot be read: {e}"))
+            });
+            match unreadable {
+                Some(_) if !path.exists() => {
+                    return Err(ConfigError::MissingFile(path.to_path_buf()));
+                }
+                Some(reason) => {
+                    return Err(ConfigError::UnreadableFile {
+                        path: path.to_path_buf(),
+                        reason,
+                    });
+                }
+                None => Toml::file_exact(path),
+            }
+        }
+        None => Toml::string(origin::BUILT_IN),
+    };
+    // Refused before figment's `Env` would read a value that is not text lossily.
+    environment::variables()?;
+    Ok(environment::merge_variables(Figment::new().merge(base)))
 }
 
 /// `[source]` read as the kind it names.

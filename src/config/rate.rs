@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::schema;
 use crate::settings::Problems;
-use crate::settings::bounds::LEAST_RATE;
+use crate::settings::bounds::{SHORTEST_TICK, rate_problem};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -15,7 +15,8 @@ pub struct RateConfig {
     /// This worker's ceiling, records per second. With `[leases]` it caps what the leases
     /// give only when it was set (file, environment or `--rate`), not by its default.
     pub records_per_second: f64,
-    /// Granularity of the cadence: up to `records_per_second × tick` per tick.
+    /// Granularity of the cadence: up to `records_per_second × tick` per tick; at least
+    /// 10ms.
     #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub tick: Duration,
@@ -33,17 +34,24 @@ impl Default for RateConfig {
 impl RateConfig {
     pub(super) fn validate(&self, p: &mut Problems) {
         let rate = self.records_per_second;
-        if !(rate.is_finite() && rate >= LEAST_RATE) {
-            p.add(
-                "rate.records_per_second",
-                format!("must be a number of at least {LEAST_RATE}, got {rate}"),
-            );
+        if let Some(problem) = rate_problem(rate, false) {
+            p.add("rate.records_per_second", problem);
         } else if rate * self.tick.as_secs_f64() > f64::from(u32::MAX) {
             p.add(
                 "rate.records_per_second",
                 "× rate.tick exceeds 4,294,967,295 records per tick",
             );
         }
-        p.positive_duration("rate.tick", self.tick);
+        if self.tick < SHORTEST_TICK {
+            p.add(
+                "rate.tick",
+                format!(
+                    "must be at least {} (each tick wakes the worker), got {}",
+                    humantime::format_duration(SHORTEST_TICK),
+                    humantime::format_duration(self.tick)
+                ),
+            );
+        }
+        p.at_most_a_year("rate.tick", self.tick);
     }
 }

@@ -28,15 +28,7 @@ impl Config {
         {
             l.store = read("leases.store_file", "leases.store", path, &l.store)?;
         }
-        if let Some(path) = &self.telemetry.token_file {
-            let current = self.telemetry.token.clone().unwrap_or_default();
-            self.telemetry.token = Some(read(
-                "telemetry.token_file",
-                "telemetry.token",
-                path,
-                &current,
-            )?);
-        }
+        self.telemetry.read_token_file()?;
         for probe in &mut self.health.probe {
             probe.read_url_file()?;
         }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::settings::Problems;
+use crate::settings::{ConfigError, Problems, read_secret_file};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -22,6 +22,20 @@ pub struct TelemetryConfig {
 }
 
 impl TelemetryConfig {
+    /// Fills `token` from `token_file`.
+    pub(super) fn read_token_file(&mut self) -> Result<(), ConfigError> {
+        if let Some(path) = &self.token_file {
+            let current = self.token.clone().unwrap_or_default();
+            self.token = Some(read_secret_file(
+                "telemetry.token_file",
+                "telemetry.token",
+                path,
+                &current,
+            )?);
+        }
+        Ok(())
+    }
+
     pub(super) fn validate(&self, p: &mut Problems) {
         if self.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             p.add("telemetry.token", "must not be empty");

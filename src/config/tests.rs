@@ -313,7 +313,7 @@ fn flags_win_over_file() {
 
 #[test]
 fn bad_lease_settings_name_their_key() {
-    let store = "[leases]\nstore = \"postgres://u@h/db\"\n";
+    let store = "[leases]\nstore = \"postgres://u@h/db\"\npool = \"p\"\n";
     let e = error_of(&format!("{store}capacity = 600\n"));
     assert!(e.contains("leases.partitions"), "{e}");
     let e = error_of(&format!("{store}capacity = 0\npartitions = 6\n"));
@@ -335,7 +335,8 @@ fn bad_lease_settings_name_their_key() {
 #[test]
 fn the_rate_is_a_ceiling_only_where_it_was_set() {
     let dir = tempfile::tempdir().unwrap();
-    let leases = "[leases]\nstore = \"postgres://u@h/db\"\ncapacity = 600\npartitions = 6\n";
+    let leases =
+        "[leases]\nstore = \"postgres://u@h/db\"\npool = \"p\"\ncapacity = 600\npartitions = 6\n";
     let path = base(dir.path(), leases);
     let none = Overrides::default();
     assert_eq!(Config::load(&path, &none).unwrap().rate_ceiling(), None);

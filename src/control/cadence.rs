@@ -12,6 +12,8 @@ use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
 use super::clock::TokioClock;
+use crate::settings::LONGEST;
+use crate::settings::bounds::{LEAST_RATE, MOST_RATE};
 
 type Bucket<C> = RateLimiter<NotKeyed, InMemoryState, C, StateInformationMiddleware>;
 
@@ -30,6 +32,9 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
     /// A cadence that starts empty: the first allowance comes one tick from now.
     /// (governor's bucket starts full, which would double the first window.)
     pub fn new(rate: f64, tick: Duration, clock: C) -> Self {
+        let rate = runnable(rate);
+        // As long as any setting may be: a tick's tokens then fit governor's nanoseconds.
+        let tick = tick.min(LONGEST);
         let (bucket, quantum) = Self::empty_bucket(rate, tick, &clock);
         Cadence {
             bucket,
@@ -42,18 +47,20 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
 
     /// The bucket holds one token more than a tick hands out: timer lateness then carries
     /// over to the next tick instead of being lost, while the pipeline still asks for at
-    /// most `quantum` per tick, so no window exceeds it.
+    /// most `quantum` per tick, so no window exceeds it. `rate` is [`runnable`].
     fn empty_bucket(rate: f64, tick: Duration, clock: &C) -> (Option<Bucket<C>>, u32) {
-        assert!(rate.is_finite() && rate >= 0.0, "rate must not be negative");
         if rate == 0.0 {
             return (None, 0);
         }
         let per_tick = rate * tick.as_secs_f64();
         let quantum = (per_tick - 1e-9).ceil().clamp(1.0, f64::from(u32::MAX - 1)) as u32;
-        let period = Duration::from_secs_f64(1.0 / rate).max(Duration::from_nanos(1));
-        let burst = NonZeroU32::new(quantum + 1).expect("quantum + 1 >= 2");
+        // Within the bounds the period is 1 ns to 1,000 s: representable, never zero.
+        let period = Duration::try_from_secs_f64(1.0 / rate)
+            .unwrap_or(Duration::MAX)
+            .max(Duration::from_nanos(1));
+        let burst = NonZeroU32::new(quantum + 1).unwrap_or(NonZeroU32::MAX);
         let quota = Quota::with_period(period)
-            .expect("period is positive")
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
             .allow_burst(burst);
         let bucket = RateLimiter::direct_with_clock(quota, clock.clone())
             .with_middleware::<StateInformationMiddleware>();
@@ -98,6 +105,7 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
     /// Changes the rate. The new bucket starts empty at this instant: called right after a
     /// tick's `take`, the next tick gets exactly one new quantum, never a burst.
     pub fn set_rate(&mut self, rate: f64) {
+        let rate = runnable(rate);
         if rate == self.rate {
             return;
         }
@@ -105,6 +113,18 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
         self.bucket = bucket;
         self.quantum = quantum;
         self.rate = rate;
+    }
+}
+
+/// The rate the bucket runs at for any `rate` it is given, so no value reaches a panic:
+/// NaN, zero and negative hand out nothing; a positive rate is held within
+/// `[LEAST_RATE, MOST_RATE]` (the bounds every setting is checked against, so only a
+/// computed rate — a throttle's cut, a share of a pool — is ever moved, by a hair).
+fn runnable(rate: f64) -> f64 {
+    if rate.is_nan() || rate <= 0.0 {
+        0.0
+    } else {
+        rate.clamp(LEAST_RATE, MOST_RATE)
     }
 }
 
@@ -208,5 +228,47 @@ mod tests {
         let c = Cadence::new(2.0, Duration::from_millis(200), clock.clone());
         let got: u32 = drain_windows(&c, &clock, 25).iter().sum();
         assert_eq!(got, 10, "2 rec/s over 5 s");
+    }
+
+    #[test]
+    fn no_rate_and_no_tick_reaches_a_panic() {
+        let hostile = [
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            0.0,
+            -0.0,
+            -1.0,
+            f64::MIN_POSITIVE,
+            5e-324,
+            1e-300,
+            1e-20,
+            1e20,
+            f64::MAX,
+        ];
+        let ticks = [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_millis(200),
+            Duration::from_secs(u64::MAX / 4),
+        ];
+        let clock = FakeRelativeClock::default();
+        for tick in ticks {
+            for rate in hostile {
+                let mut c = Cadence::new(rate, tick, clock.clone());
+                clock.advance(Duration::from_secs(1));
+                c.take(u32::MAX);
+                c.set_rate(100.0);
+                c.set_rate(rate);
+                let r = c.rate();
+                assert!(
+                    r == 0.0 || (LEAST_RATE..=MOST_RATE).contains(&r),
+                    "{rate}: {r}"
+                );
+            }
+        }
+        let slow = Cadence::new(1e-20, Duration::from_millis(200), clock.clone());
+        assert_eq!(slow.rate(), LEAST_RATE, "as slow as any setting may ask");
+        assert_eq!(Cadence::new(f64::NAN, Duration::ZERO, clock).quantum(), 0);
     }
 }

@@ -21,7 +21,9 @@ impl Delivery {
         let mut attempt = 0;
         let outcome = loop {
             match self.sink.dead_letter(dead).await {
-                WriteOutcome::Written { .. } | WriteOutcome::Upserted { .. } => {
+                WriteOutcome::Written { .. }
+                | WriteOutcome::SkippedBySink { .. }
+                | WriteOutcome::Upserted { .. } => {
                     Stats::add(&self.stats.dead_lettered, dead.len() as u64);
                     break Ok(());
                 }

@@ -72,21 +72,37 @@ impl Delivery {
                 Stats::add(&self.stats.written, inserted);
                 Stats::add(&self.stats.duplicates, duplicates);
             }
+            WriteOutcome::SkippedBySink {
+                inserted,
+                duplicates,
+                skipped,
+            } => {
+                self.taken(s, inserted + duplicates + skipped, row_bytes(&piece.rows));
+                metrics::counter!(ITEMS, "outcome" => "written").increment(inserted);
+                metrics::counter!(ITEMS, "outcome" => "duplicate").increment(duplicates);
+                metrics::counter!(ITEMS, "outcome" => "skipped_by_sink").increment(skipped);
+                Stats::add(&self.stats.written, inserted);
+                Stats::add(&self.stats.duplicates, duplicates);
+                Stats::add(&self.stats.skipped_by_sink, skipped);
+            }
             WriteOutcome::Upserted {
                 written,
                 deleted,
                 stale,
                 superseded,
+                skipped,
             } => {
                 self.taken(s, piece.rows.len() as u64, row_bytes(&piece.rows));
                 metrics::counter!(ITEMS, "outcome" => "written").increment(written);
                 metrics::counter!(ITEMS, "outcome" => "deleted").increment(deleted);
                 metrics::counter!(ITEMS, "outcome" => "stale").increment(stale);
                 metrics::counter!(ITEMS, "outcome" => "superseded").increment(superseded);
+                metrics::counter!(ITEMS, "outcome" => "skipped_by_sink").increment(skipped);
                 Stats::add(&self.stats.written, written);
                 Stats::add(&self.stats.deleted, deleted);
                 Stats::add(&self.stats.stale, stale);
                 Stats::add(&self.stats.superseded, superseded);
+                Stats::add(&self.stats.skipped_by_sink, skipped);
             }
             WriteOutcome::Throttled {
                 retry_after,

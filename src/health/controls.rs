@@ -38,12 +38,11 @@ impl Controls {
         tracing::warn!(%origin, "operator: writes resumed");
     }
 
-    /// `rate` must be finite and ≥ 0 (0 holds everything); None goes back to the config.
+    /// `rate` takes the configuration's bounds, or 0 (holds everything); None goes back to
+    /// the config.
     pub fn set_rate(&self, rate: Option<f64>, origin: &str) -> Result<(), String> {
-        if let Some(r) = rate
-            && !(r.is_finite() && r >= 0.0)
-        {
-            return Err(format!("a rate is a number of at least 0, got {r}"));
+        if let Some(problem) = rate.and_then(|r| crate::settings::bounds::rate_problem(r, true)) {
+            return Err(format!("a rate {problem}"));
         }
         self.lock().rate = rate;
         match rate {
@@ -79,6 +78,11 @@ mod tests {
         let c = Controls::default();
         assert!(c.set_rate(Some(f64::NAN), "test").is_err());
         assert!(c.set_rate(Some(-1.0), "test").is_err());
+        assert!(
+            c.set_rate(Some(1e-20), "test").is_err(),
+            "below the configuration's least"
+        );
+        c.set_rate(Some(0.0), "test").unwrap();
         assert!(c.set_batch(Some(0), "test").is_err());
         c.set_rate(Some(50.0), "test").unwrap();
         c.set_batch(Some(10), "test").unwrap();

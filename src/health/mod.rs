@@ -3,6 +3,7 @@
 //! own ([`probe`]) and report here; the decisions are [`crate::control::health`]'s.
 
 pub mod controls;
+pub mod number;
 pub mod probe;
 pub mod query;
 pub mod settings;

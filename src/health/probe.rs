@@ -76,6 +76,26 @@ impl ProbeTask {
         worst.map_or_else(|| Reading::Failed("nothing to ask".into()), Reading::Value)
     }
 
+    /// Whether each open connection is encrypted, for `sluice check`: "over TLS
+    /// (TLSv1.3)", or per server when it asks several.
+    pub async fn tls(&self, conns: &mut [Option<Conn>]) -> String {
+        let mut said = Vec::new();
+        for (url, slot) in self.targets.iter().zip(conns.iter_mut()) {
+            let tls = match slot {
+                Some(conn) => conn
+                    .tls()
+                    .await
+                    .unwrap_or_else(|e| format!("TLS unknown: {e}")),
+                None => continue,
+            };
+            said.push(match self.targets.len() {
+                1 => tls,
+                _ => format!("{}: {tls}", host(url)),
+            });
+        }
+        said.join(", ")
+    }
+
     /// Runs until the task is aborted, reporting each run to `health` as probe `index`.
     pub fn spawn(self, health: Arc<Health>, index: usize) -> JoinHandle<()> {
         tokio::spawn(async move {

@@ -9,12 +9,17 @@
 //! other sessions' rows (no `pg_monitor`) would see NULLs and too little: that is a failed
 //! run, not a 0. MySQL's `Seconds_Behind_Master` (`_Source`) is read on each replica;
 //! NULL (replication stopped) is a failed run.
+//!
+//! Every run is a READ ONLY transaction, rolled back: `check`, `plan` and `run` all run
+//! probes, and a probe's SQL must not change the database it watches.
 
-use sqlx::mysql::{MySqlConnection, MySqlRow};
-use sqlx::postgres::{PgConnection, PgRow};
-use sqlx::{Connection, Row};
+use sqlx::mysql::MySqlConnection;
+use sqlx::postgres::PgConnection;
+use sqlx::{Connection, Executor, Row};
 
+use super::number;
 use super::settings::{Builtin, Database};
+use crate::sink::postgres::sqlstate::describe;
 
 const PG_REPLICA_LAG: &str = "SELECT CASE WHEN pg_is_in_recovery() THEN \
        CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0::float8 \
@@ -41,7 +46,7 @@ pub enum Conn {
 
 impl Conn {
     pub async fn open(database: Database, url: &str) -> Result<Conn, String> {
-        let redacted = |e: sqlx::Error| crate::redact::redact(&e.to_string());
+        let redacted = |e: String| crate::redact::redact(&e);
         match database {
             Database::Postgres => {
                 let options = crate::sink::postgres::tls::connect_options(url)
@@ -50,137 +55,151 @@ impl Conn {
                 Ok(Conn::Pg(
                     PgConnection::connect_with(&options)
                         .await
-                        .map_err(redacted)?,
+                        .map_err(|e| redacted(describe(&e)))?,
                 ))
             }
             Database::Mysql => {
                 let options = crate::sink::mysql::settings::connect_options(url)?;
-                Ok(Conn::Mysql(
-                    MySqlConnection::connect_with(&options)
-                        .await
-                        .map_err(redacted)?,
-                ))
+                let mut conn = MySqlConnection::connect_with(&options)
+                    .await
+                    .map_err(|e| redacted(e.to_string()))?;
+                // Every transaction of this session is read-only, DDL included: MySQL's
+                // START TRANSACTION READ ONLY alone would let a CREATE TABLE commit it
+                // implicitly and run.
+                conn.execute("SET SESSION TRANSACTION READ ONLY")
+                    .await
+                    .map_err(|e| redacted(e.to_string()))?;
+                Ok(Conn::Mysql(conn))
             }
         }
     }
 
-    /// Runs `ask` once; the number it gave, or why there is none.
+    /// Runs `ask` once, in a READ ONLY transaction rolled back at the end (a probe
+    /// reads; whatever its SQL says, it changes nothing): the number it gave, or why
+    /// there is none.
     pub async fn read(&mut self, ask: &Ask) -> Result<f64, String> {
-        let text = |e: sqlx::Error| crate::redact::redact(&e.to_string());
-        match (self, ask) {
-            (Conn::Pg(c), Ask::Builtin(b)) => {
-                let sql = match b {
-                    Builtin::ReplicaLag => PG_REPLICA_LAG,
-                    Builtin::ActiveSessions => PG_ACTIVE_SESSIONS,
-                };
-                let row = sqlx::query(sql).fetch_one(c).await.map_err(text)?;
-                pg_number(&row).map_err(|e| match b {
-                    Builtin::ReplicaLag => format!(
-                        "{e}: on a primary the role cannot read pg_stat_replication (grant pg_monitor); on a standby no transaction has been replayed yet"
-                    ),
-                    Builtin::ActiveSessions => {
-                        format!("{e}: the role cannot see other sessions (grant pg_monitor)")
-                    }
-                })
+        match self {
+            Conn::Pg(c) => {
+                let text = |e: sqlx::Error| crate::redact::redact(&describe(&e));
+                let mut tx = c.begin_with("BEGIN READ ONLY").await.map_err(text)?;
+                let read = pg_read(&mut tx, ask).await;
+                let ended = tx.rollback().await.map_err(text);
+                read.and_then(|v| ended.map(|()| v))
             }
-            (Conn::Pg(c), Ask::Sql(sql)) => {
-                let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                    .fetch_one(c)
+            Conn::Mysql(c) => {
+                let text = |e: sqlx::Error| crate::redact::redact(&e.to_string());
+                let mut tx = c
+                    .begin_with("START TRANSACTION READ ONLY")
                     .await
                     .map_err(text)?;
-                pg_number(&row)
+                let read = mysql_read(&mut tx, ask).await;
+                let ended = tx.rollback().await.map_err(text);
+                read.and_then(|v| ended.map(|()| v))
             }
-            (Conn::Mysql(c), Ask::Builtin(Builtin::ActiveSessions)) => {
-                let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Threads_running'")
-                    .fetch_one(c)
+        }
+    }
+
+    /// Whether the connection is encrypted, as the server sees it (for `sluice check`).
+    pub async fn tls(&mut self) -> Result<String, String> {
+        let version: Option<String> = match self {
+            Conn::Pg(c) => sqlx::query_scalar(
+                "SELECT CASE WHEN ssl THEN version END FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            )
+            .fetch_one(c)
+            .await
+            .map_err(|e| describe(&e))?,
+            Conn::Mysql(c) => {
+                let row = sqlx::query("SHOW SESSION STATUS LIKE 'Ssl_version'")
+                    .fetch_optional(c)
                     .await
-                    .map_err(text)?;
-                // Not counting the probe's own thread, which runs this statement.
-                Ok((mysql_number(&row, 1)? - 1.0).max(0.0))
+                    .map_err(|e| e.to_string())?;
+                row.and_then(|r| r.try_get::<String, _>(1).ok())
+                    .filter(|v| !v.is_empty())
             }
-            (Conn::Mysql(c), Ask::Builtin(Builtin::ReplicaLag)) => {
-                let rows = match sqlx::query("SHOW REPLICA STATUS").fetch_all(&mut *c).await {
-                    Ok(rows) => rows,
-                    // Before MySQL 8.0.22 / MariaDB 10.5.1.
-                    Err(_) => sqlx::query("SHOW SLAVE STATUS")
-                        .fetch_all(&mut *c)
-                        .await
-                        .map_err(text)?,
-                };
-                let Some(row) = rows.first() else {
-                    return Err("not a replica (SHOW REPLICA STATUS is empty)".into());
-                };
-                let column = ["Seconds_Behind_Source", "Seconds_Behind_Master"]
-                    .into_iter()
-                    .find(|name| row.try_column(*name).is_ok())
-                    .ok_or("SHOW REPLICA STATUS has no Seconds_Behind_Master")?;
-                match row.try_get::<Option<i64>, _>(column) {
+        };
+        Ok(version.map_or("without TLS".into(), |v| format!("over TLS ({v})")))
+    }
+}
+
+/// The first row, or the reason there is none.
+fn one<R>(rows: Option<R>) -> Result<R, String> {
+    rows.ok_or_else(|| "the query returned no row, not a number".into())
+}
+
+async fn pg_read(c: &mut PgConnection, ask: &Ask) -> Result<f64, String> {
+    let text = |e: sqlx::Error| crate::redact::redact(&describe(&e));
+    match ask {
+        Ask::Builtin(b) => {
+            let sql = match b {
+                Builtin::ReplicaLag => PG_REPLICA_LAG,
+                Builtin::ActiveSessions => PG_ACTIVE_SESSIONS,
+            };
+            let row = sqlx::query(sql).fetch_one(c).await.map_err(text)?;
+            number::pg(&row).map_err(|e| match b {
+                Builtin::ReplicaLag => format!(
+                    "{e}: on a primary the role cannot read pg_stat_replication (grant pg_monitor); on a standby no transaction has been replayed yet"
+                ),
+                Builtin::ActiveSessions => {
+                    format!("{e}: the role cannot see other sessions (grant pg_monitor)")
+                }
+            })
+        }
+        Ask::Sql(sql) => {
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                .fetch_optional(c)
+                .await
+                .map_err(text)?;
+            number::pg(&one(row)?)
+        }
+    }
+}
+
+async fn mysql_read(c: &mut MySqlConnection, ask: &Ask) -> Result<f64, String> {
+    let text = |e: sqlx::Error| crate::redact::redact(&e.to_string());
+    match ask {
+        Ask::Builtin(Builtin::ActiveSessions) => {
+            let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Threads_running'")
+                .fetch_one(c)
+                .await
+                .map_err(text)?;
+            // Not counting the probe's own thread, which runs this statement.
+            Ok((number::mysql(&row, 1)? - 1.0).max(0.0))
+        }
+        Ask::Builtin(Builtin::ReplicaLag) => {
+            let rows = match sqlx::query("SHOW REPLICA STATUS").fetch_all(&mut *c).await {
+                Ok(rows) => rows,
+                // Before MySQL 8.0.22 / MariaDB 10.5.1.
+                Err(_) => sqlx::query("SHOW SLAVE STATUS")
+                    .fetch_all(&mut *c)
+                    .await
+                    .map_err(text)?,
+            };
+            let Some(row) = rows.first() else {
+                return Err("not a replica (SHOW REPLICA STATUS is empty)".into());
+            };
+            let column = ["Seconds_Behind_Source", "Seconds_Behind_Master"]
+                .into_iter()
+                .find(|name| row.try_column(*name).is_ok())
+                .ok_or("SHOW REPLICA STATUS has no Seconds_Behind_Master")?;
+            match row.try_get::<Option<i64>, _>(column) {
+                Ok(Some(n)) => Ok(n as f64),
+                Ok(None) => Err(format!(
+                    "{column} is NULL: replication is not running on this replica"
+                )),
+                Err(_) => match row.try_get::<Option<u64>, _>(column) {
                     Ok(Some(n)) => Ok(n as f64),
-                    Ok(None) => Err(format!(
+                    _ => Err(format!(
                         "{column} is NULL: replication is not running on this replica"
                     )),
-                    Err(_) => match row.try_get::<Option<u64>, _>(column) {
-                        Ok(Some(n)) => Ok(n as f64),
-                        _ => Err(format!(
-                            "{column} is NULL: replication is not running on this replica"
-                        )),
-                    },
-                }
+                },
             }
-            (Conn::Mysql(c), Ask::Sql(sql)) => {
-                let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                    .fetch_one(c)
-                    .await
-                    .map_err(text)?;
-                mysql_number(&row, 0)
-            }
+        }
+        Ask::Sql(sql) => {
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                .fetch_optional(c)
+                .await
+                .map_err(text)?;
+            number::mysql(&one(row)?, 0)
         }
     }
-}
-
-const NOT_A_NUMBER: &str = "the query's first column is not a number (cast it to float8 or bigint; an interval counts in seconds)";
-
-fn pg_number(row: &PgRow) -> Result<f64, String> {
-    use sqlx::postgres::types::PgInterval;
-    let value = if let Ok(v) = row.try_get::<Option<f64>, _>(0) {
-        v
-    } else if let Ok(v) = row.try_get::<Option<i64>, _>(0) {
-        v.map(|n| n as f64)
-    } else if let Ok(v) = row.try_get::<Option<i32>, _>(0) {
-        v.map(f64::from)
-    } else if let Ok(v) = row.try_get::<Option<i16>, _>(0) {
-        v.map(f64::from)
-    } else if let Ok(v) = row.try_get::<Option<f32>, _>(0) {
-        v.map(f64::from)
-    } else if let Ok(v) = row.try_get::<Option<PgInterval>, _>(0) {
-        v.map(|i| {
-            (f64::from(i.months) * 30.0 + f64::from(i.days)) * 86_400.0
-                + i.microseconds as f64 / 1e6
-        })
-    } else {
-        return Err(NOT_A_NUMBER.into());
-    };
-    value.ok_or_else(|| "the query returned NULL".into())
-}
-
-fn mysql_number(row: &MySqlRow, column: usize) -> Result<f64, String> {
-    let value = if let Ok(v) = row.try_get::<Option<f64>, _>(column) {
-        v
-    } else if let Ok(v) = row.try_get::<Option<i64>, _>(column) {
-        v.map(|n| n as f64)
-    } else if let Ok(v) = row.try_get::<Option<u64>, _>(column) {
-        v.map(|n| n as f64)
-    } else if let Ok(v) = row.try_get::<Option<String>, _>(column) {
-        match v {
-            Some(s) => Some(
-                s.trim()
-                    .parse::<f64>()
-                    .map_err(|_| NOT_A_NUMBER.to_string())?,
-            ),
-            None => None,
-        }
-    } else {
-        return Err(NOT_A_NUMBER.into());
-    };
-    value.ok_or_else(|| "the query returned NULL".into())
 }

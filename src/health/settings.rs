@@ -229,6 +229,8 @@ impl HealthConfig {
                     "health.probe.url",
                     say("must be a postgres:// or mysql:// URL"),
                 ),
+                // The sink's own URL is checked as sink.url.
+                Some(_) if probe.url.is_none() => {}
                 Some(db) => check_url(db, url, "health.probe.url", p),
             }
             if !probe.replicas.is_empty() && probe.builtin != Some(Builtin::ReplicaLag) {

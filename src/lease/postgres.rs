@@ -10,6 +10,8 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::{LeaseError, LeaseRow, LeaseStore, MemberRow};
 use crate::control::lease_table::{PoolDefinition, PoolView};
+use crate::sink::postgres::catalog::{self, Right, TableUse};
+use crate::sink::postgres::sqlstate::describe;
 
 pub struct PgLeaseStore {
     pool: PgPool,
@@ -26,8 +28,61 @@ pub struct PgLeaseStore {
 /// How long `sluice leases` and `plan` wait for the store.
 const INSPECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn err(e: impl std::fmt::Display) -> LeaseError {
-    LeaseError(e.to_string())
+fn err(e: sqlx::Error) -> LeaseError {
+    LeaseError(describe(&e))
+}
+
+/// The lease store's tables, the statements creating them, and the rights a worker uses
+/// on each (`sluice check` asks for them).
+pub fn tables() -> Vec<TableUse> {
+    use Right::{Delete, Insert, Select, Update};
+    let leases = TableUse {
+        // Leases taken before pools had definitions belong to their first generation.
+        added: vec![("generation", "integer NOT NULL DEFAULT 1")],
+        ..TableUse::owned(
+            "sluice_leases",
+            "lease table",
+            "CREATE TABLE IF NOT EXISTS sluice_leases (
+                pool text NOT NULL,
+                partition integer NOT NULL,
+                holder text NOT NULL,
+                expires_at timestamptz NOT NULL,
+                acquired_at timestamptz NOT NULL DEFAULT now(),
+                generation integer NOT NULL DEFAULT 1,
+                PRIMARY KEY (pool, partition)
+            )"
+            .into(),
+            &[Select, Insert, Update, Delete],
+        )
+    };
+    let pools = TableUse::owned(
+        "sluice_lease_pools",
+        "lease table",
+        "CREATE TABLE IF NOT EXISTS sluice_lease_pools (
+            pool text PRIMARY KEY,
+            capacity float8 NOT NULL,
+            partitions integer NOT NULL,
+            generation integer NOT NULL DEFAULT 1,
+            changed_at timestamptz NOT NULL DEFAULT now()
+        )"
+        .into(),
+        &[Select, Insert, Update],
+    );
+    let members = TableUse::owned(
+        "sluice_lease_members",
+        "lease table",
+        "CREATE TABLE IF NOT EXISTS sluice_lease_members (
+            pool text NOT NULL,
+            member text NOT NULL,
+            heartbeat_at timestamptz NOT NULL,
+            held integer NOT NULL,
+            wants_more boolean NOT NULL,
+            PRIMARY KEY (pool, member)
+        )"
+        .into(),
+        &[Select, Insert, Update, Delete],
+    );
+    vec![leases, pools, members]
 }
 
 impl PgLeaseStore {
@@ -63,15 +118,20 @@ impl PgLeaseStore {
         timeout: Duration,
     ) -> Result<Self, LeaseError> {
         let options = crate::sink::postgres::tls::connect_options(url)
-            .map_err(|e| LeaseError(format!("cannot connect to the lease store: {e}")))?;
+            .map_err(|e| LeaseError(format!("cannot connect to the lease store: {e}")))?
+            // "already exists, skipping" from workers racing to create a table is no news.
+            .options([("client_min_messages", "warning")]);
         let connect = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(timeout)
             .connect_with(options);
         let pg = match tokio::time::timeout(timeout, connect).await {
-            Ok(r) => {
-                r.map_err(|e| LeaseError(format!("cannot connect to the lease store: {e}")))?
-            }
+            Ok(r) => r.map_err(|e| {
+                LeaseError(format!(
+                    "cannot connect to the lease store: {}",
+                    describe(&e)
+                ))
+            })?,
             Err(_) => {
                 return Err(LeaseError(format!(
                     "cannot connect to the lease store: no answer within {timeout:?}"
@@ -87,59 +147,13 @@ impl PgLeaseStore {
         })
     }
 
+    /// Creates the lease tables that are missing (only those: a role with the rights of
+    /// [`tables`] on tables made beforehand runs without CREATE on the schema).
     async fn create_tables(&self) -> Result<(), LeaseError> {
-        let mut tx = self.pool.begin().await.map_err(err)?;
         // Workers starting together must not race on CREATE TABLE.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('sluice_leases'))")
-            .execute(&mut *tx)
+        catalog::ensure(&self.pool, &tables(), "sluice_leases")
             .await
-            .map_err(err)?;
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS sluice_leases (
-                pool text NOT NULL,
-                partition integer NOT NULL,
-                holder text NOT NULL,
-                expires_at timestamptz NOT NULL,
-                acquired_at timestamptz NOT NULL DEFAULT now(),
-                PRIMARY KEY (pool, partition)
-            )",
-        )
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
-        // Leases taken before pools had definitions belong to their first generation.
-        sqlx::query(
-            "ALTER TABLE sluice_leases ADD COLUMN IF NOT EXISTS generation integer NOT NULL DEFAULT 1",
-        )
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS sluice_lease_pools (
-                pool text PRIMARY KEY,
-                capacity float8 NOT NULL,
-                partitions integer NOT NULL,
-                generation integer NOT NULL DEFAULT 1,
-                changed_at timestamptz NOT NULL DEFAULT now()
-            )",
-        )
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS sluice_lease_members (
-                pool text NOT NULL,
-                member text NOT NULL,
-                heartbeat_at timestamptz NOT NULL,
-                held integer NOT NULL,
-                wants_more boolean NOT NULL,
-                PRIMARY KEY (pool, member)
-            )",
-        )
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
-        tx.commit().await.map_err(err)
+            .map_err(err)
     }
 
     async fn timed<T>(

@@ -9,8 +9,10 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOpti
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
+use sha2::{Digest, Sha256};
+
 use super::{ProduceError, Publisher, Tally};
-use crate::source::amqp::settings::AmqpSettings;
+use crate::source::amqp::settings::{AmqpSettings, MOST_NAME_BYTES};
 
 /// Confirmations awaited before the next publish waits for the oldest.
 const MAX_UNCONFIRMED: usize = 4096;
@@ -73,6 +75,19 @@ impl AmqpPublisher {
     }
 }
 
+/// The message id for a record's key: the key itself when it fits AMQP's short string,
+/// else `sha256:` and the first 16 bytes of its digest in hex (the form the worker gives a
+/// message without an id). The id only labels the message: the worker reads the key from
+/// the record by `sink.key`, whatever its length, so a long key is no reason to refuse a
+/// record the worker can load.
+fn message_id(key: &str) -> String {
+    if key.len() <= MOST_NAME_BYTES {
+        key.to_string()
+    } else {
+        format!("sha256:{}", hex::encode(&Sha256::digest(key)[..16]))
+    }
+}
+
 #[async_trait]
 impl Publisher for AmqpPublisher {
     async fn publish(&mut self, key: Option<&str>, payload: &[u8]) -> Result<(), ProduceError> {
@@ -81,7 +96,7 @@ impl Publisher for AmqpPublisher {
         }
         let mut properties = BasicProperties::default().with_delivery_mode(2);
         if let Some(key) = key {
-            properties = properties.with_message_id(key.into());
+            properties = properties.with_message_id(message_id(key).into());
         }
         let confirm = self
             .channel
@@ -107,5 +122,23 @@ impl Publisher for AmqpPublisher {
             .close(200, "sluice produce done".into())
             .await;
         Ok(std::mem::take(&mut self.tally))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_too_long_for_a_message_id_gives_its_digest() {
+        assert_eq!(message_id("order-1"), "order-1");
+        let long = "k".repeat(300);
+        let id = message_id(&long);
+        assert!(
+            id.starts_with("sha256:") && id.len() <= MOST_NAME_BYTES,
+            "{id}"
+        );
+        assert_eq!(id, message_id(&long), "the same key, the same id");
+        assert_eq!(message_id(&"é".repeat(127)).len(), 254, "fits: kept");
     }
 }

@@ -6,12 +6,14 @@
 pub mod bounds;
 mod duration_schema;
 mod problems;
+mod readable_file;
 mod secret_file;
 
 pub use duration_schema::HumanDuration;
 #[cfg(test)]
 pub use problems::only_key;
-pub use problems::{ConfigError, Problems};
+pub use problems::{ConfigError, LONGEST, Problems};
+pub use readable_file::unreadable_file;
 pub use secret_file::read_secret_file;
 
 /// The keys a settings table reads, from the schema of the type that reads it: what is set

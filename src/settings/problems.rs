@@ -10,6 +10,9 @@ use std::time::Duration;
 pub enum ConfigError {
     #[error("configuration file {0} not found")]
     MissingFile(PathBuf),
+    /// The file is there but is no file to read (a directory) or may not be read.
+    #[error("configuration file {path} {reason}")]
+    UnreadableFile { path: PathBuf, reason: String },
     #[error("{0}")]
     Parse(String),
     #[error("{key}: {message}")]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::{SinkError, WriteOutcome};
-use crate::record::{DeadLetter, SourceContext};
+use crate::record::{DeadLetter, HeaderValue, SourceContext};
 use settings::DeadLetterConfig;
 
 #[async_trait]
@@ -58,8 +58,9 @@ pub async fn open(
     }
 }
 
-/// A message's headers as a JSON array, `[{"name": …, "value": …}]`; a value that is not
-/// UTF-8 is given as `value_hex`. None when the message had no headers.
+/// A message's headers as a JSON array, `[{"name": …, "value": …}]`; bytes that are not
+/// UTF-8 are given as `value_hex`, a typed value (an AMQP number, table…) as its JSON.
+/// None when the message had no headers.
 pub fn headers_json(context: &SourceContext) -> Option<String> {
     if context.headers.is_empty() {
         return None;
@@ -67,16 +68,14 @@ pub fn headers_json(context: &SourceContext) -> Option<String> {
     let list: Vec<serde_json::Value> = context
         .headers
         .iter()
-        .map(
-            |(name, value)| match value.as_deref().map(std::str::from_utf8) {
-                None => serde_json::json!({ "name": name, "value": null }),
-                Some(Ok(text)) => serde_json::json!({ "name": name, "value": text }),
-                Some(Err(_)) => serde_json::json!({
-                    "name": name,
-                    "value_hex": hex::encode(value.as_deref().unwrap_or_default()),
-                }),
+        .map(|(name, value)| match value {
+            None => serde_json::json!({ "name": name, "value": null }),
+            Some(HeaderValue::Json(v)) => serde_json::json!({ "name": name, "value": v }),
+            Some(HeaderValue::Bytes(b)) => match std::str::from_utf8(b) {
+                Ok(text) => serde_json::json!({ "name": name, "value": text }),
+                Err(_) => serde_json::json!({ "name": name, "value_hex": hex::encode(b) }),
             },
-        )
+        })
         .collect();
     Some(serde_json::Value::Array(list).to_string())
 }
@@ -89,16 +88,20 @@ mod tests {
     fn headers_keep_their_order_and_every_byte() {
         let context = SourceContext {
             headers: vec![
-                ("trace".into(), Some(b"abc".to_vec())),
-                ("bin".into(), Some(vec![0xff, 0x00])),
+                ("trace".into(), Some(b"abc"[..].into())),
+                ("bin".into(), Some(b"\xff\x00"[..].into())),
                 ("flag".into(), None),
-                ("trace".into(), Some(b"again".to_vec())),
+                ("trace".into(), Some(b"again"[..].into())),
+                (
+                    "n".into(),
+                    Some(HeaderValue::Json(serde_json::json!({"a": [1]}))),
+                ),
             ],
             ..Default::default()
         };
         assert_eq!(
             headers_json(&context).unwrap(),
-            r#"[{"name":"trace","value":"abc"},{"name":"bin","value_hex":"ff00"},{"name":"flag","value":null},{"name":"trace","value":"again"}]"#
+            r#"[{"name":"trace","value":"abc"},{"name":"bin","value_hex":"ff00"},{"name":"flag","value":null},{"name":"trace","value":"again"},{"name":"n","value":{"a":[1]}}]"#
         );
         assert_eq!(headers_json(&SourceContext::default()), None);
     }

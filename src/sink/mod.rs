@@ -34,15 +34,26 @@ use settings::{SinkBackend, SinkSettings};
 pub enum WriteOutcome {
     /// Durably written; `duplicates` keys were already there and were left alone.
     Written { inserted: u64, duplicates: u64 },
+    /// Durably written, except `skipped` rows the sink's own code chose not to store (a
+    /// PostgreSQL trigger returning NULL, a DO INSTEAD rule): sending them again changes
+    /// nothing, so they are settled with the rest and counted apart, never as written
+    /// nor as duplicates.
+    SkippedBySink {
+        inserted: u64,
+        duplicates: u64,
+        skipped: u64,
+    },
     /// Upsert mode: durably written. `written` keys were inserted or updated, `deleted`
     /// keys deleted (a tombstone version stored), `stale` records refused by the guard
     /// because the key already held a version at least as new, `superseded` records left
-    /// out because a newer version of their key was in the same batch.
+    /// out because a newer version of their key was in the same batch, `skipped` records
+    /// the table's own code did not apply (see [`WriteOutcome::SkippedBySink`]).
     Upserted {
         written: u64,
         deleted: u64,
         stale: u64,
         superseded: u64,
+        skipped: u64,
     },
     /// The sink asked us to slow down (HTTP 429/503, a throttling SQLSTATE).
     Throttled {
@@ -114,7 +125,9 @@ impl WriteOutcome {
     /// The outcome's name, for metrics labels.
     pub fn label(&self) -> &'static str {
         match self {
-            WriteOutcome::Written { .. } | WriteOutcome::Upserted { .. } => "written",
+            WriteOutcome::Written { .. }
+            | WriteOutcome::SkippedBySink { .. }
+            | WriteOutcome::Upserted { .. } => "written",
             WriteOutcome::Throttled { .. } => "throttled",
             WriteOutcome::Unavailable(_) => "unavailable",
             WriteOutcome::Transient(_) => "transient",

@@ -12,7 +12,7 @@ use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
     QueueDeclareOptions,
 };
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -23,10 +23,12 @@ use crate::control::backoff::Backoff;
 use crate::record::{Position, Record, SourceContext};
 
 mod broker;
+mod headers;
 pub mod settings;
 
 use broker::passive_declare;
 pub use broker::{QueueDepth, connect, inspect};
+use headers::header_list;
 
 /// How long a pull waits for the first delivery when none is buffered.
 const FIRST_DELIVERY_WAIT: Duration = Duration::from_millis(50);
@@ -269,24 +271,6 @@ impl AmqpSource {
         let bound = self.bound?;
         Some(bound.saturating_sub(self.settled + self.watermark.outstanding() as u64))
     }
-}
-
-/// A message's header table as name/value pairs: strings as they are, other values in
-/// JSON, a void value as none.
-fn header_list(table: &FieldTable) -> Vec<(String, Option<Vec<u8>>)> {
-    table
-        .inner()
-        .iter()
-        .map(|(name, value)| {
-            let value = match value {
-                AMQPValue::LongString(s) => Some(s.as_bytes().to_vec()),
-                AMQPValue::ShortString(s) => Some(s.as_str().as_bytes().to_vec()),
-                AMQPValue::Void => None,
-                other => serde_json::to_vec(other).ok(),
-            };
-            (name.as_str().to_string(), value)
-        })
-        .collect()
 }
 
 fn prefetch_for(records: usize) -> u16 {

@@ -134,19 +134,27 @@ async fn batch(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Json(set): Json<SetValue>,
 ) -> Result<Json<ControlState>, (StatusCode, String)> {
-    let batch = match set.value {
-        None => None,
-        Some(v) if v.fract() == 0.0 && v >= 1.0 && v <= usize::MAX as f64 => Some(v as usize),
-        Some(v) => {
-            return Err((
-                StatusCode::BAD_REQUEST,
-                format!("a batch size is a whole number of records, got {v}"),
-            ));
-        }
-    };
+    let batch = set
+        .value
+        .map(batch_size)
+        .transpose()
+        .map_err(|e| (StatusCode::BAD_REQUEST, e))?;
     s.health
         .controls()
         .set_batch(batch, &origin(peer))
         .map_err(|e| (StatusCode::BAD_REQUEST, e))?;
     Ok(Json(s.health.controls().get()))
+}
+
+/// A batch size as `/control/batch` and `sluice ctl batch` take it: a whole number of
+/// records from 1 to the most a batch may hold.
+pub fn batch_size(value: f64) -> Result<usize, String> {
+    let most = crate::settings::bounds::MOST_BATCH;
+    if value.fract() == 0.0 && (1.0..=most as f64).contains(&value) {
+        Ok(value as usize)
+    } else {
+        Err(format!(
+            "a batch size is a whole number of records from 1 to {most}, got {value}"
+        ))
+    }
 }

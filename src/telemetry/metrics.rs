@@ -67,8 +67,12 @@ fn describe() {
         "Upsert mode: records left out for a newer version of their key in the same batch."
     );
     describe_counter!(
+        "sluice_records_skipped_by_sink_total",
+        "Records the sink's own code chose not to store (a PostgreSQL trigger returning NULL, a rule)."
+    );
+    describe_counter!(
         ITEMS,
-        "Records the sink answered for, by outcome: written, duplicate, deleted, stale, superseded (upsert), throttled (refused for now, sent again), failed (retried), rejected (dead-lettered)."
+        "Records the sink answered for, by outcome: written, duplicate, skipped_by_sink, deleted, stale, superseded (upsert), throttled (refused for now, sent again), failed (retried), rejected (dead-lettered)."
     );
     describe_counter!(
         "sluice_throttle_events_total",
@@ -152,6 +156,7 @@ pub fn render(stats: &Stats) -> String {
     counter!("sluice_records_deleted_total").absolute(stats.deleted.load(Relaxed));
     counter!("sluice_records_stale_total").absolute(stats.stale.load(Relaxed));
     counter!("sluice_records_superseded_total").absolute(stats.superseded.load(Relaxed));
+    counter!("sluice_records_skipped_by_sink_total").absolute(stats.skipped_by_sink.load(Relaxed));
     counter!("sluice_throttle_events_total").absolute(stats.throttled.load(Relaxed));
     counter!("sluice_retries_total").absolute(stats.retries.load(Relaxed));
     gauge!("sluice_rate_limit_records_per_second").set(stats.rate_limit.get());

@@ -2,6 +2,8 @@
 //! direct reads of the sink database.
 #![allow(dead_code)]
 
+pub mod pg;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -290,4 +292,35 @@ pub fn finish(mut child: std::process::Child, within: std::time::Duration) -> Ou
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// Runs a future to completion on a runtime of its own.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Waits for `done`, polling every 50 ms, failing after `within`.
+pub fn poll(within: std::time::Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The body of a GET to `url`; empty when it cannot be reached.
+pub fn get(url: &str) -> String {
+    block_on(async {
+        match reqwest::get(url).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    })
 }

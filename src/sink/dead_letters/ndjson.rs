@@ -361,7 +361,7 @@ mod tests {
         let mut l = letter("a", b"{");
         l.context = Box::new(SourceContext {
             key: Some(vec![0xfe, b'k']),
-            headers: vec![("trace".into(), Some(b"t-1".to_vec()))],
+            headers: vec![("trace".into(), Some(b"t-1"[..].into()))],
             tombstone: false,
         });
         assert!(matches!(

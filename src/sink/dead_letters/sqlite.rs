@@ -212,7 +212,7 @@ mod migration_tests {
             attempts: 1,
             context: Box::new(SourceContext {
                 key: Some(b"order-7".to_vec()),
-                headers: vec![("trace".into(), Some(b"t".to_vec()))],
+                headers: vec![("trace".into(), Some(b"t"[..].into()))],
                 tombstone: true,
             }),
         };

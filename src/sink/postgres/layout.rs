@@ -12,6 +12,9 @@ use super::coerce::{Coerce, ColumnKind, convert};
 use crate::record::Row;
 use crate::sink::identifier::quote;
 
+/// Counts the rows of a batch whose key the table does not hold.
+pub type Absent = sqlx::query::QueryScalar<'static, Postgres, i64, PgArguments>;
+
 /// One column of an existing table and where its value comes from.
 #[derive(Debug, Clone)]
 pub struct MappedColumn {
@@ -65,13 +68,18 @@ pub enum Layout {
     /// first COPYed straight in (the fast path, ~2.5x an INSERT); a batch holding a key
     /// that is already there (a redelivery) fails as a whole with a unique violation and
     /// is inserted instead, as three parallel arrays unnested server-side.
-    Created { copy: Arc<str>, insert: Arc<str> },
+    Created {
+        copy: Arc<str>,
+        insert: Arc<str>,
+        absent: Arc<str>,
+    },
     /// An existing table: the key column gets the record key, each mapped column the
     /// value at its JSON pointer, converted by the JSON × column table of `coerce`. Rows
     /// travel as one JSON array that PostgreSQL turns into the table's row type; numbers
     /// keep their exact text all the way (jsonb numbers are `numeric`).
     Mapped {
         insert: Arc<str>,
+        absent: Arc<str>,
         key_column: String,
         columns: Vec<MappedColumn>,
         coerce: Coerce,
@@ -87,6 +95,11 @@ impl Layout {
                 "INSERT INTO {table} (key, payload, source) \
                  SELECT * FROM UNNEST($1::text[], $2::text[]::jsonb[], $3::text[]) \
                  ON CONFLICT (key) DO NOTHING"
+            )
+            .into(),
+            absent: format!(
+                "SELECT count(*) FROM UNNEST($1::text[]) AS b(key) \
+                 WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.key = b.key)"
             )
             .into(),
         }
@@ -116,6 +129,12 @@ impl Layout {
                 quote(key_column)
             )
             .into(),
+            absent: format!(
+                "SELECT count(*) FROM jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) AS b \
+                 WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.{key} = b.{key})",
+                key = quote(key_column)
+            )
+            .into(),
             key_column: key_column.to_string(),
             columns,
             coerce,
@@ -127,6 +146,34 @@ impl Layout {
         match self {
             Layout::Created { insert, .. } | Layout::Mapped { insert, .. } => insert,
         }
+    }
+
+    /// How many of `rows` have no row of their key in the table: after a write that
+    /// inserted fewer rows than it sent, those the table's own code skipped (a trigger
+    /// returning NULL, a rule) rather than duplicates.
+    pub fn absent(&self, rows: &[Row]) -> Result<Absent, sqlx::Error> {
+        let keys: Vec<String> = rows.iter().map(|r| r.key.clone()).collect();
+        let mut args = PgArguments::default();
+        let sql = match self {
+            Layout::Created { absent, .. } => {
+                args.add(keys).map_err(sqlx::Error::Encode)?;
+                absent.clone()
+            }
+            Layout::Mapped {
+                absent, key_column, ..
+            } => {
+                let objects: Vec<Value> = keys
+                    .into_iter()
+                    .map(|k| {
+                        Value::Object(Map::from_iter([(key_column.clone(), Value::String(k))]))
+                    })
+                    .collect();
+                args.add(Value::Array(objects).to_string())
+                    .map_err(sqlx::Error::Encode)?;
+                absent.clone()
+            }
+        };
+        Ok(sqlx::query_scalar_with(AssertSqlSafe(sql), args))
     }
 
     /// The COPY statement of the fast path, if this layout has one.
@@ -169,6 +216,7 @@ impl Layout {
                 key_column,
                 columns,
                 coerce,
+                ..
             } => {
                 let mut objects = Vec::with_capacity(rows.len());
                 let mut refused: Option<Refused> = None;
@@ -273,7 +321,7 @@ mod tests {
 
     #[test]
     fn statements_quote_every_name() {
-        let Layout::Created { insert, copy } = Layout::created("ingest.records") else {
+        let Layout::Created { insert, copy, .. } = Layout::created("ingest.records") else {
             unreachable!()
         };
         assert!(insert.starts_with("INSERT INTO \"ingest\".\"records\" (key, payload, source)"));

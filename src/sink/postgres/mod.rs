@@ -2,14 +2,16 @@
 //! DO NOTHING` on the key so redelivery never duplicates a row, and errors sorted by
 //! SQLSTATE so the delivery knows whether to wait, retry, split or stop.
 
+pub mod catalog;
 pub mod coerce;
 pub mod layout;
 pub mod nodelay;
 pub mod settings;
 pub mod sqlstate;
-mod tables;
+pub mod tables;
 pub mod tls;
 pub mod upsert;
+pub mod url;
 
 use std::time::Duration;
 
@@ -19,18 +21,21 @@ use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, Postgres};
 use sqlx::{Executor, SqlSafeStr};
 
 use self::layout::{Layout, MappedColumn};
-use self::sqlstate::{ErrorClass, Phase, classify};
-use self::tables::{create_tables, guard_columns, inspect, stored_version_kind};
+use self::sqlstate::{Phase, describe, judge};
+use self::tables::{Target, guard_columns, inspect, stored_version_kind};
 use self::upsert::UpsertLayout;
 use super::dead_letters::headers_json;
 use super::{Sink, SinkError, WriteOutcome, dead_letter_fingerprint};
 use crate::record::{DeadLetter, Row};
 use crate::sink::settings::SinkSettings;
-use crate::sink::upsert::{SinkMode, VersionKind};
+use crate::sink::upsert::VersionKind;
 
 /// How long a write waits for a pooled connection before it counts as an outage (and
 /// is retried with backoff).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serialises the DDL of workers starting together (see [`catalog::ensure`]).
+const CREATE_LOCK: &str = "sluice: create tables";
 
 /// Bytes of COPY data sent at a time.
 const COPY_CHUNK: usize = 64 * 1024;
@@ -44,6 +49,8 @@ pub struct PostgresSink {
     version_kind: tokio::sync::OnceCell<VersionKind>,
     /// The table this sink writes, named in its dead letters.
     table: String,
+    /// Rows skipped by the table's own code were logged (once per run).
+    skips_said: std::sync::atomic::AtomicBool,
     throttle_sqlstates: Vec<String>,
 }
 
@@ -60,7 +67,8 @@ impl PostgresSink {
         let options = tls::connect_options(&sink.url)
             .map_err(|e| fail(&e))?
             .application_name("sluice")
-            // CREATE TABLE IF NOT EXISTS notices are not news.
+            // Notices are not news: "already exists, skipping" from workers racing to
+            // create a table, at INFO through sqlx.
             .options([("client_min_messages", "warning")]);
         let connections = own
             .max_connections
@@ -82,34 +90,22 @@ impl PostgresSink {
                         judge(&e, Phase::Connect, &own.throttle_sqlstates),
                         WriteOutcome::Unavailable(_) | WriteOutcome::Throttled { .. }
                     ),
-                ..match &e {
-                    sqlx::Error::Database(db) => fail(&format!(
-                        "SQLSTATE {}: {}",
-                        db.code().unwrap_or_default(),
-                        db.message()
-                    )),
-                    _ => match crate::tls::certificate_refused(&e) {
-                        Some(why) => fail(&format!("TLS handshake failed: {why}")),
-                        None => fail(&e),
-                    },
+                ..match crate::tls::certificate_refused(&e) {
+                    Some(why) => fail(&format!("TLS handshake failed: {why}")),
+                    None => fail(&describe(&e)),
                 }
             })?;
-        let upserting = sink.mode == SinkMode::Upsert;
-        let (layout, upsert) = match &own.columns {
+        let target = Target::of(sink, own);
+        let upserting = target.upsert;
+        let (layout, upsert) = match &target.mapped {
             None => (
                 Layout::created(&sink.table),
                 upserting.then(|| UpsertLayout::created(&sink.table)),
             ),
-            Some(columns) => {
-                let key_column = sink.key_column();
-                let columns: Vec<(String, String)> = columns
-                    .iter()
-                    .map(|(c, p)| (c.clone(), p.clone()))
-                    .collect();
-                let version_column = own.version_column.as_deref().unwrap_or("version");
-                let deletes = sink.delete_on_tombstone || sink.delete_flag.is_some();
-                let deleted_column =
-                    deletes.then(|| own.deleted_column.as_deref().unwrap_or("deleted"));
+            Some(mapping) => {
+                let key_column = mapping.key_column.as_str();
+                let version_column = mapping.version_column.as_str();
+                let deleted_column = mapping.deleted_column.as_deref();
                 let guard: Vec<(String, String)> = if upserting {
                     std::iter::once(version_column)
                         .chain(deleted_column)
@@ -119,16 +115,17 @@ impl PostgresSink {
                     Vec::new()
                 };
                 let inspected: Vec<(String, String)> =
-                    columns.iter().chain(&guard).cloned().collect();
+                    mapping.columns.iter().chain(&guard).cloned().collect();
                 let table = inspect(&pool, &sink.table, key_column, &inspected)
                     .await
                     .map_err(|e| fail(&e))?;
-                let columns: Vec<MappedColumn> = columns
-                    .into_iter()
+                let columns: Vec<MappedColumn> = mapping
+                    .columns
+                    .iter()
                     .map(|(name, pointer)| MappedColumn {
-                        kind: table.kinds[&name].clone(),
-                        name,
-                        pointer,
+                        kind: table.kinds[name].clone(),
+                        name: name.clone(),
+                        pointer: pointer.clone(),
                     })
                     .collect();
                 let coerce = own.coerce.unwrap_or_default();
@@ -151,10 +148,9 @@ impl PostgresSink {
                 )
             }
         };
-        let create_table = matches!(layout, Layout::Created { .. }).then_some(sink.table.as_str());
-        create_tables(&pool, create_table, upserting)
+        catalog::ensure(&pool, &target.uses(), CREATE_LOCK)
             .await
-            .map_err(|e| fail(&e))?;
+            .map_err(|e| fail(&describe(&e)))?;
         // What `check` and start-up promise: the statement every batch runs is valid.
         let statement = upsert
             .as_ref()
@@ -162,7 +158,12 @@ impl PostgresSink {
         (&pool)
             .prepare(sqlx::AssertSqlSafe(statement.to_string()).into_sql_str())
             .await
-            .map_err(|e| fail(&format!("the write statement does not prepare: {e}")))?;
+            .map_err(|e| {
+                fail(&format!(
+                    "the write statement does not prepare: {}",
+                    describe(&e)
+                ))
+            })?;
         let version_kind = tokio::sync::OnceCell::new();
         if upserting
             && let Some(kind) = stored_version_kind(&pool, &sink.table)
@@ -177,6 +178,7 @@ impl PostgresSink {
             upsert,
             version_kind,
             table: sink.table.clone(),
+            skips_said: Default::default(),
             throttle_sqlstates: own.throttle_sqlstates.clone(),
         })
     }
@@ -238,23 +240,71 @@ impl PostgresSink {
             Ok(c) => c,
             Err(outcome) => return outcome,
         };
-        match query.fetch_one(&mut *conn).await {
-            Ok((written, deleted)) => {
-                let (written, deleted) = (written.max(0) as u64, deleted.max(0) as u64);
-                // One version of each key reaches the guard; the rest were superseded.
-                let keys = rows
-                    .iter()
-                    .map(|r| r.key.as_str())
-                    .collect::<std::collections::HashSet<_>>()
-                    .len() as u64;
-                WriteOutcome::Upserted {
-                    written,
-                    deleted,
-                    stale: keys.saturating_sub(written + deleted),
-                    superseded: rows.len() as u64 - keys,
-                }
+        let (written, deleted) = match query.fetch_one(&mut *conn).await {
+            Ok((written, deleted)) => (written.max(0) as u64, deleted.max(0) as u64),
+            Err(e) => return self.failed(&mut conn, e),
+        };
+        // One version of each key reaches the guard; the rest were superseded.
+        let keys = rows
+            .iter()
+            .map(|r| r.key.as_str())
+            .collect::<std::collections::HashSet<_>>()
+            .len() as u64;
+        let unapplied = keys.saturating_sub(written + deleted);
+        // A key not applied is stale when the table holds a version at least as new,
+        // else the table's own code skipped it.
+        let skipped = if unapplied == 0 {
+            0
+        } else {
+            let not_newer = match upsert.not_newer(rows) {
+                Ok(q) => q.fetch_one(&mut *conn).await,
+                Err(e) => Err(e),
+            };
+            match not_newer {
+                Ok(n) => (n.max(0) as u64).min(unapplied),
+                Err(e) => return self.failed(&mut conn, e),
             }
-            Err(e) => self.failed(&mut conn, e),
+        };
+        if skipped > 0 {
+            self.say_skipped(skipped);
+        }
+        WriteOutcome::Upserted {
+            written,
+            deleted,
+            stale: unapplied - skipped,
+            superseded: rows.len() as u64 - keys,
+            skipped,
+        }
+    }
+
+    /// The answer for a write that stored `inserted` rows, found `duplicates` keys there
+    /// already, and had `skipped` rows dropped by the table's own code.
+    fn written(&self, inserted: u64, duplicates: u64, skipped: u64) -> WriteOutcome {
+        if skipped == 0 {
+            return WriteOutcome::Written {
+                inserted,
+                duplicates,
+            };
+        }
+        self.say_skipped(skipped);
+        WriteOutcome::SkippedBySink {
+            inserted,
+            duplicates,
+            skipped,
+        }
+    }
+
+    /// Rows skipped by the table's own code are its doing, not an error: said once per
+    /// run, with the table.
+    fn say_skipped(&self, skipped: u64) {
+        if !self
+            .skips_said
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                table = %self.table,
+                "the table skipped {skipped} records of a batch (a BEFORE trigger returned NULL, or a rule did instead): counted as skipped_by_sink, not as written, duplicates or stale (said once per run)"
+            );
         }
     }
 
@@ -348,43 +398,6 @@ impl PostgresSink {
     }
 }
 
-/// Sorts an error into what the delivery should do about it, by its SQLSTATE (or, without
-/// one, by whether the connection itself failed).
-fn judge(err: &sqlx::Error, phase: Phase, throttle_sqlstates: &[String]) -> WriteOutcome {
-    match err {
-        sqlx::Error::Database(db) => {
-            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            let reason = format!("SQLSTATE {code}: {}", db.message());
-            match classify(&code, phase, throttle_sqlstates) {
-                ErrorClass::Throttle => WriteOutcome::Throttled {
-                    retry_after: None,
-                    unit: None,
-                    reason,
-                },
-                ErrorClass::Unavailable => WriteOutcome::Unavailable(reason),
-                ErrorClass::Transient => WriteOutcome::Transient(reason),
-                ErrorClass::Permanent => WriteOutcome::Rejected { rows: None, reason },
-                ErrorClass::Fatal => WriteOutcome::Fatal(reason),
-                ErrorClass::Unexplained => WriteOutcome::Unexplained(reason),
-            }
-        }
-        // A certificate refused either way is no outage: waiting cannot fix it.
-        sqlx::Error::Io(_) | sqlx::Error::Tls(_)
-            if crate::tls::certificate_refused(err).is_some() =>
-        {
-            let why = crate::tls::certificate_refused(err).unwrap_or_default();
-            WriteOutcome::Fatal(format!("TLS handshake failed: {why}"))
-        }
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => WriteOutcome::Unavailable(err.to_string()),
-        _ => WriteOutcome::Fatal(err.to_string()),
-    }
-}
-
 /// PostgreSQL text cannot hold NUL; a dead letter must be storable whatever it carries.
 fn text(s: &str) -> String {
     s.replace('\0', "\u{FFFD}")
@@ -409,14 +422,11 @@ impl Sink for PostgresSink {
             Ok(c) => c,
             Err(outcome) => return outcome,
         };
+        let sent = rows.len() as u64;
         if let Some(copy) = self.layout.copy() {
             match Self::copy(&mut conn, copy, rows).await {
-                Ok(inserted) => {
-                    return WriteOutcome::Written {
-                        inserted,
-                        duplicates: 0,
-                    };
-                }
+                // COPY stops at a duplicate, so a row it did not count was skipped.
+                Ok(inserted) => return self.written(inserted, 0, sent.saturating_sub(inserted)),
                 // A redelivered key: the insert below absorbs it.
                 Err(e) if is_unique_violation(&e) => {}
                 Err(e) => return self.failed(&mut conn, e),
@@ -426,13 +436,22 @@ impl Sink for PostgresSink {
             Ok(q) => q,
             Err(refused) => return refused.outcome(),
         };
-        match query.execute(&mut *conn).await {
-            Ok(done) => {
-                let inserted = done.rows_affected();
-                WriteOutcome::Written {
-                    inserted,
-                    duplicates: (rows.len() as u64).saturating_sub(inserted),
-                }
+        let inserted = match query.execute(&mut *conn).await {
+            Ok(done) => done.rows_affected(),
+            Err(e) => return self.failed(&mut conn, e),
+        };
+        if inserted == sent {
+            return self.written(inserted, 0, 0);
+        }
+        // Rows not inserted are duplicates when their key is there now, else skipped.
+        let absent = match self.layout.absent(rows) {
+            Ok(q) => q.fetch_one(&mut *conn).await,
+            Err(e) => Err(e),
+        };
+        match absent {
+            Ok(absent) => {
+                let skipped = (absent.max(0) as u64).min(sent - inserted);
+                self.written(inserted, sent - inserted - skipped, skipped)
             }
             Err(e) => self.failed(&mut conn, e),
         }

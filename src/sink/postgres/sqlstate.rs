@@ -5,6 +5,10 @@
 //! wrong: stop)? A code the table does not know is judged by evidence instead
 //! ([`ErrorClass::Unexplained`]), never by guessing "never" or "not this record".
 
+use sqlx::postgres::{PgDatabaseError, PgErrorPosition};
+
+use crate::sink::WriteOutcome;
+
 /// When the error came: while opening a connection or while running a statement. Some
 /// codes mean different things at each (55000 at connect is a database closed for
 /// maintenance; in a statement it is an object in the wrong state, e.g. a view).
@@ -94,11 +98,38 @@ const NOT_THIS_RECORD: &[&str] = &[
     "P0001",
 ];
 
-pub fn classify(code: &str, phase: Phase, throttle: &[String]) -> ErrorClass {
+/// Program limits (class 54) that one value crosses: an index row over the btree maximum
+/// (a 9,000-character key), a row or array too big, a tsvector too long, a value nested
+/// past the stack depth. A batch holding such a record is split until it is alone, then
+/// dead-lettered; it fails the same way however often it is sent.
+const ONE_VALUE_TOO_BIG: &[&str] = &[
+    "54000", // program_limit_exceeded
+    "54001", // statement_too_complex: "stack depth limit exceeded"
+];
+
+/// The 54000s that are the whole database's state, not a value's, told apart by the
+/// server routine that raised them (the message is translated, the routine is not).
+/// XID and MultiXact wraparound protection refuses every write until a VACUUM: "not now".
+const WRAPAROUND: &[&str] = &["GetNewTransactionId", "GetNewMultiXactId"];
+/// A table file at the largest size the build allows: no record can fix it.
+const TABLE_FULL: &[&str] = &["mdextend", "mdzeroextend"];
+
+/// Sorts a SQLSTATE; `routine` (the server function that raised it, when the server
+/// says) separates the few codes that mean one thing for a row and another for the
+/// whole database.
+pub fn classify(
+    code: &str,
+    routine: Option<&str>,
+    phase: Phase,
+    throttle: &[String],
+) -> ErrorClass {
     if throttle.iter().any(|t| t == code) {
         return ErrorClass::Throttle;
     }
+    let raised_by = |routines: &[&str]| routine.is_some_and(|r| routines.contains(&r));
     match code {
+        "54000" if raised_by(WRAPAROUND) => ErrorClass::Unavailable,
+        "54000" if raised_by(TABLE_FULL) => ErrorClass::Fatal,
         // object_not_in_prerequisite_state, at connect: "database is not currently
         // accepting connections" (ALLOW_CONNECTIONS false, a maintenance window).
         "55000" if phase == Phase::Connect => ErrorClass::Unavailable,
@@ -116,14 +147,80 @@ pub fn classify(code: &str, phase: Phase, throttle: &[String]) -> ErrorClass {
         c if c.starts_with("22")
             || c.starts_with("23")
             || c.starts_with("42")
-            || NOT_THIS_RECORD.contains(&c) =>
+            || NOT_THIS_RECORD.contains(&c)
+            || ONE_VALUE_TOO_BIG.contains(&c) =>
         {
             ErrorClass::Permanent
         }
-        // Everything else — internal errors (XX), program limits (54: an index row too
-        // big for one record, XID wraparound protection for all), other PL/pgSQL errors,
-        // 55000 in a statement (e.g. "cannot insert into view") — is judged by evidence.
+        // Everything else — internal errors (XX), the other program limits (54011 too
+        // many columns, 54023 too many arguments: the statement's, not a value's), other
+        // PL/pgSQL errors, 55000 in a statement (e.g. "cannot insert into view") — is
+        // judged by evidence.
         _ => ErrorClass::Unexplained,
+    }
+}
+
+/// Sorts an error into what the delivery should do about it, by its SQLSTATE (or, without
+/// one, by whether the connection itself failed).
+pub(super) fn judge(
+    err: &sqlx::Error,
+    phase: Phase,
+    throttle_sqlstates: &[String],
+) -> WriteOutcome {
+    match err {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            let reason = format!("SQLSTATE {code}: {}", db.message());
+            let routine = db
+                .try_downcast_ref::<PgDatabaseError>()
+                .and_then(PgDatabaseError::routine);
+            match classify(&code, routine, phase, throttle_sqlstates) {
+                ErrorClass::Throttle => WriteOutcome::Throttled {
+                    retry_after: None,
+                    unit: None,
+                    reason,
+                },
+                ErrorClass::Unavailable => WriteOutcome::Unavailable(reason),
+                ErrorClass::Transient => WriteOutcome::Transient(reason),
+                ErrorClass::Permanent => WriteOutcome::Rejected { rows: None, reason },
+                ErrorClass::Fatal => WriteOutcome::Fatal(reason),
+                ErrorClass::Unexplained => WriteOutcome::Unexplained(reason),
+            }
+        }
+        // A certificate refused either way is no outage: waiting cannot fix it.
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_)
+            if crate::tls::certificate_refused(err).is_some() =>
+        {
+            let why = crate::tls::certificate_refused(err).unwrap_or_default();
+            WriteOutcome::Fatal(format!("TLS handshake failed: {why}"))
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => WriteOutcome::Unavailable(err.to_string()),
+        _ => WriteOutcome::Fatal(err.to_string()),
+    }
+}
+
+/// How a PostgreSQL error reads in logs and in `check`: its SQLSTATE and message, and
+/// where in the statement it went wrong when the server says so. Not sqlx's own text,
+/// whose "at line 1392" is a line of the server's C source.
+pub fn describe(err: &sqlx::Error) -> String {
+    match err {
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            let mut text = format!("SQLSTATE {code}: {}", db.message());
+            let pg = db.try_downcast_ref::<PgDatabaseError>();
+            if let Some(PgErrorPosition::Original(at)) = pg.and_then(PgDatabaseError::position) {
+                text.push_str(&format!(" (at character {at} of the statement)"));
+            }
+            text
+        }
+        // sqlx prefixes "error with configuration" to a message that often says it again.
+        sqlx::Error::Configuration(inner) => inner.to_string(),
+        other => other.to_string(),
     }
 }
 
@@ -165,11 +262,21 @@ mod tests {
             ("28P01", ErrorClass::Fatal),
             ("3D000", ErrorClass::Fatal),
             ("XX000", ErrorClass::Unexplained),
-            ("54000", ErrorClass::Unexplained),
+            ("54000", ErrorClass::Permanent),
+            ("54001", ErrorClass::Permanent),
+            ("54011", ErrorClass::Unexplained),
+            ("54023", ErrorClass::Unexplained),
+            ("22021", ErrorClass::Permanent),
+            ("22P05", ErrorClass::Permanent),
+            ("22001", ErrorClass::Permanent),
             ("P0002", ErrorClass::Unexplained),
             ("0A000", ErrorClass::Unexplained),
         ] {
-            assert_eq!(classify(code, Phase::Statement, none), class, "{code}");
+            assert_eq!(
+                classify(code, None, Phase::Statement, none),
+                class,
+                "{code}"
+            );
         }
     }
 
@@ -177,23 +284,52 @@ mod tests {
     fn a_database_closed_to_connections_is_an_outage_only_at_connect() {
         let none: &[String] = &[];
         assert_eq!(
-            classify("55000", Phase::Connect, none),
+            classify("55000", None, Phase::Connect, none),
             ErrorClass::Unavailable
         );
         // "cannot insert into view": the same code in a statement is no outage.
         assert_eq!(
-            classify("55000", Phase::Statement, none),
+            classify("55000", None, Phase::Statement, none),
             ErrorClass::Unexplained
         );
-        assert_eq!(classify("28P01", Phase::Connect, none), ErrorClass::Fatal);
+        assert_eq!(
+            classify("28P01", None, Phase::Connect, none),
+            ErrorClass::Fatal
+        );
+    }
+
+    #[test]
+    fn a_program_limit_is_the_value_unless_the_whole_database_is_at_it() {
+        let none: &[String] = &[];
+        let at = Phase::Statement;
+        let index_row = Some("index_form_tuple_context");
+        assert_eq!(
+            classify("54000", index_row, at, none),
+            ErrorClass::Permanent
+        );
+        assert_eq!(
+            classify("54000", Some("GetNewTransactionId"), at, none),
+            ErrorClass::Unavailable
+        );
+        assert_eq!(
+            classify("54000", Some("GetNewMultiXactId"), at, none),
+            ErrorClass::Unavailable
+        );
+        assert_eq!(
+            classify("54000", Some("mdextend"), at, none),
+            ErrorClass::Fatal
+        );
     }
 
     #[test]
     fn configured_codes_throttle() {
         let throttle = vec!["53300".to_string(), "57014".to_string()];
         let at = Phase::Statement;
-        assert_eq!(classify("53300", at, &throttle), ErrorClass::Throttle);
-        assert_eq!(classify("57014", at, &throttle), ErrorClass::Throttle);
-        assert_eq!(classify("40001", at, &throttle), ErrorClass::Transient);
+        assert_eq!(classify("53300", None, at, &throttle), ErrorClass::Throttle);
+        assert_eq!(classify("57014", None, at, &throttle), ErrorClass::Throttle);
+        assert_eq!(
+            classify("40001", None, at, &throttle),
+            ErrorClass::Transient
+        );
     }
 }

@@ -1,12 +1,224 @@
 //! The target table as PostgreSQL has it: an existing table inspected before mapped rows
-//! go into it, and the tables sluice owns created when they are missing.
+//! go into it, and the tables a run uses with the rights it uses on each (the tables
+//! sluice owns are created when missing, see [`super::catalog`]).
 
 use sqlx::postgres::PgPool;
-use sqlx::{Connection, Executor};
 
+use super::catalog::{Right, TableUse};
 use super::coerce::ColumnKind;
+use super::settings::PostgresSettings;
+use super::sqlstate::describe;
 use crate::sink::identifier::quote;
-use crate::sink::upsert::VersionKind;
+use crate::sink::settings::SinkSettings;
+use crate::sink::upsert::{SinkMode, VersionKind};
+
+/// The records table as the configuration describes it.
+pub struct Target {
+    pub table: String,
+    pub upsert: bool,
+    /// With `[sink.columns]`: an existing table.
+    pub mapped: Option<Mapping>,
+}
+
+/// How records go into an existing table.
+pub struct Mapping {
+    pub key_column: String,
+    /// Column → JSON pointer.
+    pub columns: Vec<(String, String)>,
+    /// Upsert mode: where each row keeps its version, and the column marking a delete
+    /// (when deletes are configured).
+    pub version_column: String,
+    pub deleted_column: Option<String>,
+}
+
+impl Target {
+    pub fn of(sink: &SinkSettings, own: &PostgresSettings) -> Target {
+        let deletes = sink.delete_on_tombstone || sink.delete_flag.is_some();
+        Target {
+            table: sink.table.clone(),
+            upsert: sink.mode == SinkMode::Upsert,
+            mapped: own.columns.as_ref().map(|columns| Mapping {
+                key_column: sink.key_column().to_string(),
+                columns: columns
+                    .iter()
+                    .map(|(c, p)| (c.clone(), p.clone()))
+                    .collect(),
+                version_column: own
+                    .version_column
+                    .clone()
+                    .unwrap_or_else(|| "version".into()),
+                deleted_column: deletes.then(|| {
+                    own.deleted_column
+                        .clone()
+                        .unwrap_or_else(|| "deleted".into())
+                }),
+            }),
+        }
+    }
+
+    /// Every table a run uses, with what it does there: the records table, the
+    /// dead-letter table, and in upsert mode the table of version kinds.
+    pub fn uses(&self) -> Vec<TableUse> {
+        let mut uses = vec![self.records()];
+        if self.upsert {
+            uses.push(TableUse {
+                rights: vec![
+                    (Right::Select, names(&["target", "kind"])),
+                    (Right::Insert, names(&["target", "kind"])),
+                ],
+                ..TableUse::owned(
+                    "sluice_version_kinds",
+                    "version-kind table",
+                    VERSION_KINDS.into(),
+                    &[],
+                )
+            });
+        }
+        uses.push(dead_letter_table());
+        uses
+    }
+
+    /// The records table: COPY and `INSERT … ON CONFLICT (key) DO NOTHING` insert and read
+    /// the key (the conflict target, and telling a duplicate from a row a trigger
+    /// skipped); an upsert also updates, and reads the stored version.
+    fn records(&self) -> TableUse {
+        let (key, written, versioned): (String, Vec<String>, Vec<String>) = match &self.mapped {
+            None => (
+                "key".into(),
+                names(&["payload", "source"]),
+                names(&["version", "deleted"]),
+            ),
+            Some(m) => (
+                m.key_column.clone(),
+                m.columns.iter().map(|(c, _)| c.clone()).collect(),
+                std::iter::once(m.version_column.clone())
+                    .chain(m.deleted_column.clone())
+                    .collect(),
+            ),
+        };
+        let inserted: Vec<String> = std::iter::once(key.clone())
+            .chain(written.iter().cloned())
+            .chain(self.upsert.then(|| versioned.clone()).into_iter().flatten())
+            .collect();
+        let mut rights = vec![(Right::Insert, inserted)];
+        if self.upsert {
+            let mut updated: Vec<String> = written.iter().chain(&versioned).cloned().collect();
+            if self.mapped.is_none() {
+                updated.push("ingested_at".into());
+            }
+            rights.push((Right::Update, updated));
+            rights.push((
+                Right::Select,
+                std::iter::once(key).chain(versioned).collect(),
+            ));
+        } else {
+            rights.push((Right::Select, vec![key]));
+        }
+        let mut table = TableUse {
+            rights,
+            ..TableUse::owned(&self.table, "sink table", self.created_ddl(), &[])
+        };
+        match &self.mapped {
+            Some(_) => table.create = None,
+            // A table an insert-mode run created gains the upsert's columns; its rows
+            // have no version, so any version replaces them.
+            None if self.upsert => {
+                table.added = vec![
+                    ("version", "numeric"),
+                    ("deleted", "boolean NOT NULL DEFAULT false"),
+                ];
+                table.alter_also = Some("ALTER COLUMN payload DROP NOT NULL");
+            }
+            None => {}
+        }
+        table
+    }
+
+    fn created_ddl(&self) -> String {
+        let table = quote(&self.table);
+        if self.upsert {
+            format!(
+                "CREATE TABLE IF NOT EXISTS {table} (
+                    key text PRIMARY KEY,
+                    payload jsonb,
+                    source text,
+                    ingested_at timestamptz NOT NULL DEFAULT now(),
+                    version numeric,
+                    deleted boolean NOT NULL DEFAULT false
+                )"
+            )
+        } else {
+            format!(
+                "CREATE TABLE IF NOT EXISTS {table} (
+                    key text PRIMARY KEY,
+                    payload jsonb NOT NULL,
+                    source text,
+                    ingested_at timestamptz NOT NULL DEFAULT now()
+                )"
+            )
+        }
+    }
+}
+
+/// `sluice_dead_letters`: each letter is inserted once (`ON CONFLICT (fingerprint) DO
+/// NOTHING` reads the fingerprint), its id drawn from the table's sequence. A table from
+/// an earlier version gains the context columns; its letters stay.
+pub fn dead_letter_table() -> TableUse {
+    TableUse {
+        rights: vec![
+            (Right::Insert, names(DEAD_LETTER_COLUMNS)),
+            (Right::Select, names(&["fingerprint"])),
+        ],
+        added: vec![
+            ("target", "text"),
+            ("source_key", "bytea"),
+            ("headers", "text"),
+        ],
+        serial: Some("id"),
+        ..TableUse::owned(
+            "sluice_dead_letters",
+            "dead-letter table",
+            DEAD_LETTERS.into(),
+            &[],
+        )
+    }
+}
+
+fn names(columns: &[&str]) -> Vec<String> {
+    columns.iter().map(|c| c.to_string()).collect()
+}
+
+/// The columns every dead letter fills.
+const DEAD_LETTER_COLUMNS: &[&str] = &[
+    "fingerprint",
+    "position",
+    "key",
+    "raw",
+    "reason",
+    "attempts",
+    "target",
+    "source_key",
+    "headers",
+];
+
+const DEAD_LETTERS: &str = "CREATE TABLE IF NOT EXISTS sluice_dead_letters (
+    id bigserial PRIMARY KEY,
+    fingerprint text NOT NULL UNIQUE,
+    position text NOT NULL,
+    key text,
+    raw bytea NOT NULL,
+    reason text NOT NULL,
+    attempts integer NOT NULL,
+    failed_at timestamptz NOT NULL DEFAULT now(),
+    target text,
+    source_key bytea,
+    headers text
+)";
+
+const VERSION_KINDS: &str = "CREATE TABLE IF NOT EXISTS sluice_version_kinds (
+    target text PRIMARY KEY,
+    kind text NOT NULL
+)";
 
 /// An existing table as the mapped layout needs it.
 pub(super) struct Inspected {
@@ -39,7 +251,7 @@ pub(super) async fn inspect(
     .bind(&quoted)
     .fetch_all(pool)
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| describe(&e))?;
     let present: Vec<String> = attributes.iter().map(|a| a.0.clone()).collect();
     if present.is_empty() {
         return Err(format!(
@@ -64,7 +276,7 @@ pub(super) async fn inspect(
     .bind(key_column)
     .fetch_one(pool)
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| describe(&e))?;
     if !unique {
         return Err(format!(
             "column {key_column} of {table} has no unique index: redelivered records would be inserted twice (set sink.key_column to the key's column)"
@@ -77,7 +289,7 @@ pub(super) async fn inspect(
     .bind(&quoted)
     .fetch_one(pool)
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| describe(&e))?;
     let ident = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
     let kinds = attributes
         .into_iter()
@@ -132,111 +344,6 @@ pub(super) async fn stored_version_kind(
             .bind(table)
             .fetch_optional(pool)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| describe(&e))?;
     Ok(name.as_deref().and_then(VersionKind::from_name))
-}
-
-/// Creates the records table (when sluice owns its shape) and the dead-letter table; in
-/// upsert mode the version and deleted columns (added to a table an insert-mode run
-/// created: its rows have no version, so any version replaces them) and the table of
-/// version kinds. Serialised by an advisory lock: `CREATE TABLE IF NOT EXISTS` from
-/// workers starting together can otherwise fail on the type catalogue.
-pub(super) async fn create_tables(
-    pool: &PgPool,
-    table: Option<&str>,
-    upsert: bool,
-) -> Result<(), sqlx::Error> {
-    let mut conn = pool.acquire().await?;
-    let mut tx = conn.begin().await?;
-    tx.execute("SELECT pg_advisory_xact_lock(hashtext('sluice: create tables'))")
-        .await?;
-    if let Some(table) = table {
-        let ddl = if upsert {
-            format!(
-                "CREATE TABLE IF NOT EXISTS {} (
-                    key text PRIMARY KEY,
-                    payload jsonb,
-                    source text,
-                    ingested_at timestamptz NOT NULL DEFAULT now(),
-                    version numeric,
-                    deleted boolean NOT NULL DEFAULT false
-                )",
-                quote(table)
-            )
-        } else {
-            format!(
-                "CREATE TABLE IF NOT EXISTS {} (
-                    key text PRIMARY KEY,
-                    payload jsonb NOT NULL,
-                    source text,
-                    ingested_at timestamptz NOT NULL DEFAULT now()
-                )",
-                quote(table)
-            )
-        };
-        tx.execute(sqlx::AssertSqlSafe(ddl)).await?;
-        if upsert {
-            let guarded: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_attribute \
-                 WHERE attrelid = to_regclass($1) AND attname IN ('version', 'deleted') \
-                   AND NOT attisdropped",
-            )
-            .bind(quote(table))
-            .fetch_one(&mut *tx)
-            .await?;
-            if guarded < 2 {
-                let ddl = format!(
-                    "ALTER TABLE {} ADD COLUMN IF NOT EXISTS version numeric, \
-                       ADD COLUMN IF NOT EXISTS deleted boolean NOT NULL DEFAULT false, \
-                       ALTER COLUMN payload DROP NOT NULL",
-                    quote(table)
-                );
-                tx.execute(sqlx::AssertSqlSafe(ddl)).await?;
-            }
-        }
-    }
-    if upsert {
-        tx.execute(
-            "CREATE TABLE IF NOT EXISTS sluice_version_kinds (
-                target text PRIMARY KEY,
-                kind text NOT NULL
-            )",
-        )
-        .await?;
-    }
-    tx.execute(
-        "CREATE TABLE IF NOT EXISTS sluice_dead_letters (
-            id bigserial PRIMARY KEY,
-            fingerprint text NOT NULL UNIQUE,
-            position text NOT NULL,
-            key text,
-            raw bytea NOT NULL,
-            reason text NOT NULL,
-            attempts integer NOT NULL,
-            failed_at timestamptz NOT NULL DEFAULT now(),
-            target text,
-            source_key bytea,
-            headers text
-        )",
-    )
-    .await?;
-    // A table from an earlier version gains the context columns; its letters stay. Only
-    // then: ALTER TABLE would wait for every running worker's dead-letter inserts.
-    let present: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM information_schema.columns \
-         WHERE table_schema = current_schema() AND table_name = 'sluice_dead_letters' \
-           AND column_name IN ('target', 'source_key', 'headers')",
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    if present < 3 {
-        tx.execute(
-            "ALTER TABLE sluice_dead_letters \
-               ADD COLUMN IF NOT EXISTS target text, \
-               ADD COLUMN IF NOT EXISTS source_key bytea, \
-               ADD COLUMN IF NOT EXISTS headers text",
-        )
-        .await?;
-    }
-    tx.commit().await
 }

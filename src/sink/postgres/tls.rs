@@ -9,9 +9,15 @@ use sqlx::postgres::{PgConnectOptions, PgSslMode};
 use crate::settings::ConfigError;
 
 /// The URL's connect options. As in libpq, `sslmode=require` with an `sslrootcert`
-/// verifies the certificate against that CA (verify-ca); sqlx alone would not.
-pub fn connect_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
-    let options = PgConnectOptions::from_str(url)?;
+/// verifies the certificate against that CA (verify-ca); sqlx alone would not. A
+/// parameter the driver would ignore is refused ([`super::url`]).
+pub fn connect_options(url: &str) -> Result<PgConnectOptions, String> {
+    super::url::check_parameters(url)?;
+    let options = PgConnectOptions::from_str(url).map_err(|e| match e {
+        // sqlx says "error with configuration" itself: once is enough.
+        sqlx::Error::Configuration(inner) => inner.to_string(),
+        other => other.to_string(),
+    })?;
     let root_cert = query_value(url, "sslrootcert").is_some();
     if root_cert && matches!(options.get_ssl_mode(), PgSslMode::Require) {
         return Ok(options.ssl_mode(PgSslMode::VerifyCa));
@@ -22,7 +28,7 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions, sqlx::Error> {
 /// Checks a URL while the configuration loads: it parses, and the certificate and key
 /// files it names exist and hold PEM, so a wrong path exits 2 naming `key`.
 pub fn validate_url(url: &str, key: &'static str) -> Result<(), ConfigError> {
-    connect_options(url).map_err(|e| ConfigError::invalid(key, e.to_string()))?;
+    connect_options(url).map_err(|e| ConfigError::invalid(key, e))?;
     let file = |name: &str| query_value(url, name).map(std::path::PathBuf::from);
     if let Some(path) = file("sslrootcert") {
         crate::tls::read_certs(&path)
@@ -80,8 +86,19 @@ mod tests {
 
     #[test]
     fn bad_modes_and_missing_files_name_the_key() {
-        let e = validate_url("postgres://u@h/d?sslmode=verify", "sink.url").unwrap_err();
-        assert!(e.to_string().starts_with("sink.url"), "{e}");
+        let e = validate_url("postgres://u@h/d?sslmode=verify", "sink.url")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("sink.url"), "{e}");
+        assert_eq!(e.matches("is not a TLS mode").count(), 1, "said once: {e}");
+        assert!(!e.contains("error with configuration"), "{e}");
+        let e = validate_url("postgres://u@h/d?ssl_mode=require", "leases.store")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("leases.store") && e.contains("sslmode"),
+            "{e}"
+        );
         let e = validate_url(
             "postgres://u@h/d?sslmode=verify-full&sslrootcert=/no/such/ca.pem",
             "leases.store",

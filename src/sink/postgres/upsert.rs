@@ -28,11 +28,15 @@ pub type Applied = QueryAs<'static, Postgres, (i64, i64), PgArguments>;
 pub enum UpsertLayout {
     /// The table sluice creates, with `version numeric` and `deleted boolean`; a delete
     /// stores a NULL payload.
-    Created { statement: String },
+    Created {
+        statement: String,
+        not_newer: String,
+    },
     /// An existing table: the mapped columns, the version column, and the deleted column
     /// when deletes are configured. A delete sets the mapped columns NULL.
     Mapped {
         statement: String,
+        not_newer: String,
         key_column: String,
         version_column: String,
         deleted_column: Option<String>,
@@ -106,6 +110,13 @@ impl UpsertLayout {
                  applied AS ({apply}) \
                  SELECT count(*) FILTER (WHERE NOT deleted), count(*) FILTER (WHERE deleted) FROM applied"
             ),
+            not_newer: format!(
+                "SELECT count(*) FROM (SELECT DISTINCT ON (key) key, version \
+                   FROM UNNEST($1::text[], $2::text[]::numeric[]) AS b(key, version) \
+                   ORDER BY key, version DESC) b \
+                 WHERE NOT EXISTS (SELECT 1 FROM {table} t \
+                   WHERE t.key = b.key AND t.version >= b.version)"
+            ),
         }
     }
 
@@ -161,6 +172,13 @@ impl UpsertLayout {
                  applied AS ({apply}) \
                  SELECT count(*) FILTER (WHERE NOT d), count(*) FILTER (WHERE d) FROM applied"
             ),
+            not_newer: format!(
+                "SELECT count(*) FROM (SELECT DISTINCT ON ({key}) {key}, {version} \
+                   FROM jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) AS b \
+                   ORDER BY {key}, {version} DESC) b \
+                 WHERE NOT EXISTS (SELECT 1 FROM {table} t \
+                   WHERE t.{key} = b.{key} AND t.{version} >= b.{version})"
+            ),
             key_column: key_column.to_string(),
             version_column: version_column.to_string(),
             deleted_column: deleted_column.map(str::to_string),
@@ -171,7 +189,7 @@ impl UpsertLayout {
 
     pub fn statement(&self) -> &str {
         match self {
-            UpsertLayout::Created { statement } | UpsertLayout::Mapped { statement, .. } => {
+            UpsertLayout::Created { statement, .. } | UpsertLayout::Mapped { statement, .. } => {
                 statement
             }
         }
@@ -184,14 +202,11 @@ impl UpsertLayout {
             rows: Vec::new(),
             reason: format!("cannot encode the batch: {e}"),
         };
-        fn version(row: &Row) -> &str {
-            row.version.as_ref().map_or("", |v| v.numeric.as_str())
-        }
         let kept = newest(rows);
         let rows: Vec<&Row> = kept.iter().map(|&i| &rows[i]).collect();
         let mut args = PgArguments::default();
         match self {
-            UpsertLayout::Created { statement } => {
+            UpsertLayout::Created { statement, .. } => {
                 let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
                 let payloads: Vec<Option<&str>> = rows
                     .iter()
@@ -215,6 +230,7 @@ impl UpsertLayout {
                 deleted_column,
                 columns,
                 coerce,
+                ..
             } => {
                 let mut objects = Vec::with_capacity(rows.len());
                 let mut refused: Option<Refused> = None;
@@ -249,6 +265,54 @@ impl UpsertLayout {
             }
         }
     }
+}
+
+impl UpsertLayout {
+    /// How many of the batch's keys the table holds in no version at least as new as the
+    /// batch's newest: after the upsert, those it did not apply were skipped by the
+    /// table's own code (a trigger returning NULL), not stale.
+    pub fn not_newer(&self, rows: &[Row]) -> Result<NotNewer, sqlx::Error> {
+        let mut args = PgArguments::default();
+        let keys = rows.iter().map(|r| r.key.as_str());
+        let sql = match self {
+            UpsertLayout::Created { not_newer, .. } => {
+                args.add(keys.collect::<Vec<_>>())
+                    .map_err(sqlx::Error::Encode)?;
+                let versions: Vec<&str> = rows.iter().map(version).collect();
+                args.add(versions).map_err(sqlx::Error::Encode)?;
+                not_newer.clone()
+            }
+            UpsertLayout::Mapped {
+                not_newer,
+                key_column,
+                version_column,
+                ..
+            } => {
+                let objects: Vec<Value> = rows
+                    .iter()
+                    .map(|r| {
+                        let number = serde_json::from_str(version(r)).unwrap_or(Value::Null);
+                        Value::Object(Map::from_iter([
+                            (key_column.clone(), Value::String(r.key.clone())),
+                            (version_column.clone(), number),
+                        ]))
+                    })
+                    .collect();
+                args.add(Value::Array(objects).to_string())
+                    .map_err(sqlx::Error::Encode)?;
+                not_newer.clone()
+            }
+        };
+        Ok(sqlx::query_scalar_with(AssertSqlSafe(sql), args))
+    }
+}
+
+/// Counts keys the table holds in no version at least as new.
+pub type NotNewer = sqlx::query::QueryScalar<'static, Postgres, i64, PgArguments>;
+
+/// A row's version as decimal text ("" without one).
+fn version(row: &Row) -> &str {
+    row.version.as_ref().map_or("", |v| v.numeric.as_str())
 }
 
 /// The rows worth sending, in batch order: of the versions of a key only the newest (the

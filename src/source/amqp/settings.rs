@@ -9,6 +9,9 @@ use crate::settings::{ConfigError, Problems, read_secret_file};
 use crate::source::settings::default_max_record_bytes;
 use crate::tls::TlsConfig;
 
+/// The longest name AMQP 0-9-1 carries (a short string): a queue, a message id.
+pub const MOST_NAME_BYTES: usize = 255;
+
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct AmqpSettings {
     /// Broker URL (`amqp://user:pass@host:5672/vhost`).
@@ -66,8 +69,18 @@ impl AmqpSettings {
                 "kind = \"amqp\" needs an amqp:// or amqps:// URL",
             );
         }
-        if self.queue.as_deref().is_none_or(|q| q.trim().is_empty()) {
-            p.add("source.queue", "required for kind = \"amqp\"");
+        match self.queue.as_deref() {
+            None => p.add("source.queue", "required for kind = \"amqp\""),
+            Some(q) if q.trim().is_empty() => p.add("source.queue", "required for kind = \"amqp\""),
+            // AMQP 0-9-1 carries a queue name as a short string.
+            Some(q) if q.len() > MOST_NAME_BYTES => p.add(
+                "source.queue",
+                format!(
+                    "is {} bytes long; AMQP names hold at most {MOST_NAME_BYTES}",
+                    q.len()
+                ),
+            ),
+            Some(_) => {}
         }
         if let Some(tls) = &self.tls {
             p.check(tls.validate(&crate::tls::SOURCE_KEYS));

@@ -45,11 +45,15 @@ impl FileSettings {
     pub(crate) fn validate(&self, p: &mut Problems) {
         match &self.path {
             None => p.add("source.path", "required for kind = \"file\""),
-            Some(path) if path.as_os_str() != "-" && !path.is_file() => p.add(
-                "source.path",
-                format!("input file {} does not exist", path.display()),
-            ),
-            Some(_) => {}
+            Some(path) if path.as_os_str() == "-" => {}
+            Some(path) => {
+                if let Some(why) = crate::settings::unreadable_file(path) {
+                    p.add(
+                        "source.path",
+                        format!("input file {} {why}", path.display()),
+                    );
+                }
+            }
         }
         p.at_most_a_year("source.rotate_wait", self.rotate_wait);
     }

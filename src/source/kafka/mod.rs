@@ -25,7 +25,7 @@ use self::context::{GroupContext, lock, offset_list};
 use self::leave::DropWithin;
 use self::ready::ready_now;
 use super::{Backlog, Pulled, Source, SourceError};
-use crate::record::{Position, Record, SourceContext};
+use crate::record::{HeaderValue, Position, Record, SourceContext};
 
 /// How long a pull waits for records that are not ready yet (never once every partition
 /// is at its end).
@@ -254,7 +254,7 @@ impl KafkaSource {
             headers: message.headers().map_or_else(Vec::new, |headers| {
                 headers
                     .iter()
-                    .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                    .map(|h| (h.key.to_string(), h.value.map(HeaderValue::from)))
                     .collect()
             }),
             tombstone: message.payload().is_none(),
