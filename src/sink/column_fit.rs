@@ -2,8 +2,9 @@
 //! servers change some values without an error, even in strict mode: PostgreSQL and
 //! MySQL round a decimal to the column's scale, cut a `varchar(n)`'s excess trailing
 //! spaces, round (PostgreSQL) or drop (MySQL) fractional seconds beyond the column's
-//! precision, and MySQL stores a float too small for its type as 0. Each check here
-//! turns such a value into a reason, so the record is dead-lettered instead.
+//! precision, and MySQL stores a float too small for its type as 0; times: see `time`.
+//! Each check here turns such a value into a reason, so the record is dead-lettered
+//! instead.
 
 /// A number's exact value: significant `digits` (no leading or trailing zeros) × 10^
 /// `exponent`; zero has no digits.
@@ -248,6 +249,8 @@ fn fraction_digits(text: &str) -> usize {
     let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
     fraction[..digits].trim_end_matches('0').len()
 }
+
+pub mod time;
 
 #[cfg(test)]
 #[path = "column_fit/tests.rs"]

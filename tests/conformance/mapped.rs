@@ -75,6 +75,8 @@ pub fn values() -> Vec<String> {
         "\"12.5\"",
         "\" 7 \"",
         "\"1e-400\"",
+        "\"NaN\"",
+        "\"-Infinity\"",
         "\"text\"",
         "\"\"",
         "\"abc \"",
@@ -425,6 +427,16 @@ pub fn time_of(s: &str) -> Option<(chrono::NaiveDateTime, usize, bool)> {
     let nanos = at.and_utc().timestamp_subsec_nanos();
     let digits = format!("{nanos:09}").trim_end_matches('0').len();
     Some((at, digits, offset))
+}
+
+/// A time as `time_of` reads it, or a date `YYYY-MM-DD` (its midnight, no fraction).
+pub fn instant_of(s: &str) -> Option<(chrono::NaiveDateTime, usize)> {
+    match time_of(s) {
+        Some((at, digits, _)) => Some((at, digits)),
+        None => chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+            .ok()
+            .map(|day| (day.and_time(chrono::NaiveTime::MIN), 0)),
+    }
 }
 
 /// Whether a value (or anything inside it) is a string holding NUL.

@@ -8,12 +8,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use chrono::{NaiveDate, NaiveDateTime, NaiveTime};
+use chrono::{NaiveDateTime, NaiveTime};
 use serde_json::Value;
 
 use super::drivers::{Driver, Letter, Mysql, block_on, depth, mysql_url};
 use super::mapped::{
-    Column, Fate, Mapped, Want, conformance, fits_decimal, float_of, integer_of, number_in, time_of,
+    Column, Fate, Mapped, Want, conformance, fits_decimal, float_of, instant_of, integer_of,
+    number_in,
 };
 
 pub enum My {
@@ -194,10 +195,8 @@ impl Mapped for MariaDb {
             }
             (My::Time(..) | My::Date, v) if !v.is_string() => Fate::Sluice,
             (My::Time(precision, timestamp), Value::String(s)) => {
-                let (at, digits) = match (time_of(s), NaiveDate::parse_from_str(s, "%Y-%m-%d")) {
-                    (Some((at, digits, _)), _) => (at, digits),
-                    (None, Ok(day)) => (day.and_time(NaiveTime::MIN), 0),
-                    (None, Err(_)) => return Fate::Server,
+                let Some((at, digits)) = instant_of(s) else {
+                    return Fate::Server;
                 };
                 let first = NaiveDateTime::parse_from_str("1970-01-01 00:00:01", "%F %T").unwrap();
                 let last = NaiveDateTime::parse_from_str("2038-01-19 03:14:07", "%F %T").unwrap();
@@ -209,14 +208,12 @@ impl Mapped for MariaDb {
                     row(Want::Time(at))
                 }
             }
-            (My::Date, Value::String(s)) => match time_of(s) {
-                Some((at, _, _)) if at.time() == NaiveTime::MIN => {
+            (My::Date, Value::String(s)) => match instant_of(s) {
+                Some((at, _)) if at.time() == NaiveTime::MIN => {
                     row(Want::Text(at.date().to_string()))
                 }
                 Some(_) => Fate::Sluice,
-                None if NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok() => {
-                    row(Want::Text(s.clone()))
-                }
+                // MySQL's date forms are at most 10 characters; a longer one carries more.
                 None if s.chars().count() > 10 => Fate::Sluice,
                 None => Fate::Server,
             },

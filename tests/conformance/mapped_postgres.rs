@@ -1,7 +1,7 @@
 //! The mapped table on PostgreSQL, strict (the default): each integer type, `numeric`
 //! unconstrained, with a precision and scale and with a negative scale, `real`, `double
-//! precision`, boolean, text, `varchar(16)`, `char(8)`, jsonb, and timestamptz at 6, 0
-//! and 3 fractional digits. A value lands only in a column of its own JSON type (README:
+//! precision`, boolean, text, `varchar(16)`, `char(8)`, jsonb, timestamptz at 6, 0 and
+//! 3 fractional digits, timestamp at 6 and 0, date. A value lands only in a column of its own JSON type (README:
 //! the type table), exactly — floats rounded to the nearest of their type — or is
 //! dead-lettered by sluice naming the column.
 
@@ -12,7 +12,8 @@ use serde_json::Value;
 
 use super::drivers::{Driver, Letter, Postgres, block_on, pg_url};
 use super::mapped::{
-    Column, Fate, Mapped, Want, conformance, fits_decimal, float_of, has_nul, integer_of, time_of,
+    Column, Fate, Mapped, Want, conformance, fits_decimal, float_of, has_nul, instant_of,
+    integer_of, time_of,
 };
 
 pub enum Pg {
@@ -27,6 +28,9 @@ pub enum Pg {
     Json,
     /// timestamptz(p).
     Timestamptz(usize),
+    /// timestamp(p), without time zone.
+    Timestamp(usize),
+    Date,
 }
 
 struct Pg15;
@@ -58,6 +62,9 @@ impl Mapped for Pg15 {
             c("ts", "timestamptz", Pg::Timestamptz(6)),
             c("ts0", "timestamptz(0)", Pg::Timestamptz(0)),
             c("ts3", "timestamptz(3)", Pg::Timestamptz(3)),
+            c("tsn", "timestamp", Pg::Timestamp(6)),
+            c("tsn0", "timestamp(0)", Pg::Timestamp(0)),
+            c("da", "date", Pg::Date),
         ]
     }
 
@@ -125,6 +132,17 @@ impl Mapped for Pg15 {
                 Some((at, digits, true)) if digits <= *precision => row(Want::Time(at)),
                 _ => Fate::Sluice,
             },
+            // In UTC when it has an offset, which PostgreSQL would drop.
+            (Pg::Timestamp(precision), Value::String(s)) => match instant_of(s) {
+                Some((at, digits)) if digits <= *precision => row(Want::Time(at)),
+                _ => Fate::Sluice,
+            },
+            (Pg::Date, Value::String(s)) => match instant_of(s) {
+                Some((at, _)) if at.time() == chrono::NaiveTime::MIN => {
+                    row(Want::Text(at.date().to_string()))
+                }
+                _ => Fate::Sluice,
+            },
             _ => Fate::Sluice,
         }
     }
@@ -145,8 +163,12 @@ impl Mapped for Pg15 {
     fn stored(&self, table: &str, column: &Column<Pg>) -> BTreeMap<String, String> {
         let name = column.name;
         let read = match column.ty {
-            Pg::Timestamptz(_) => {
-                format!("to_char({name} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')")
+            // to_char gives NULL for ±infinity.
+            Pg::Timestamptz(_) => format!(
+                "COALESCE(to_char({name} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), {name}::text)"
+            ),
+            Pg::Timestamp(_) => {
+                format!("COALESCE(to_char({name}, 'YYYY-MM-DD HH24:MI:SS.US'), {name}::text)")
             }
             _ => format!("{name}::text"),
         };

@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use super::datetime;
+use crate::sink::column_fit::time::{date_text, time_text};
 use crate::sink::column_fit::{
     Digits, Float, TextLimit, decimal_within, float_within, integer_within,
 };
@@ -134,10 +134,12 @@ pub fn text(value: &Value, kind: &ColumnKind) -> Result<Option<String>, String> 
             let Value::String(s) = value else {
                 return Err(format!("takes a time as a string, not {value}"));
             };
+            // A form not read here goes as it is: the server takes it or refuses it.
             match kind {
-                ColumnKind::DateTime { precision } => datetime::column_text(s, *precision)?,
-                _ => datetime::date_text(s)?,
+                ColumnKind::DateTime { precision } => time_text(s, *precision)?,
+                _ => date_text(s)?,
             }
+            .unwrap_or_else(|| s.clone())
         }
         (_, ColumnKind::Integer { min, max }, Some(n)) => {
             integer_within(&n, *min, *max)?.to_string()

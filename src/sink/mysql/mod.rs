@@ -5,7 +5,6 @@
 
 pub mod check;
 pub mod column;
-mod datetime;
 mod dead_letters;
 pub mod errno;
 pub mod mapping;

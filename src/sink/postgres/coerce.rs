@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::sink::column_fit::time::{date_text, time_text};
 use crate::sink::column_fit::{Float, TextLimit, decimal_within, float_within, fraction_within};
 
 /// `[sink] coerce`: how far a JSON value may be converted to fit its column.
@@ -48,11 +49,20 @@ pub enum ColumnKind {
     Timestamptz {
         precision: u32,
     },
+    /// timestamp(precision), without time zone: a string, converted to UTC when it has
+    /// an offset (PostgreSQL would drop the offset) and refused with more fractional
+    /// digits than the column keeps (see `column_fit::time`).
+    Timestamp {
+        precision: u32,
+    },
+    /// date: a string of a date, or of a time at midnight (PostgreSQL would drop a time
+    /// of day).
+    Date,
     /// An array of its element kind: a JSON array, element by element.
     Array(Box<ColumnKind>),
     /// A composite type: a JSON object, field by field (PostgreSQL's own conversion).
     Composite,
-    /// Anything else (uuid, date, timestamp, inet, enums, …): a string for the type's
+    /// Anything else (uuid, time, interval, inet, enums, …): a string for the type's
     /// input function.
     Other,
 }
@@ -116,6 +126,10 @@ impl ColumnKind {
                 "timestamptz" => ColumnKind::Timestamptz {
                     precision: modified.map_or(6, |p| p as u32),
                 },
+                "timestamp" => ColumnKind::Timestamp {
+                    precision: modified.map_or(6, |p| p as u32),
+                },
+                "date" => ColumnKind::Date,
                 _ => ColumnKind::Other,
             },
         }
@@ -168,6 +182,19 @@ pub fn convert(value: &Value, kind: &ColumnKind, coerce: Coerce) -> Result<Value
                 }
                 Err(_) => Err(format!(
                     "takes an RFC 3339 timestamp with an offset, not {s:?} (strict; [sink] coerce = \"lenient\" lets PostgreSQL parse it)"
+                )),
+            }
+        }
+        (ColumnKind::Timestamp { .. } | ColumnKind::Date, Value::String(s)) => {
+            let text = match kind {
+                ColumnKind::Timestamp { precision } => time_text(s, *precision)?,
+                _ => date_text(s)?,
+            };
+            match text {
+                Some(text) => Ok(Value::String(text)),
+                None if lenient => Ok(value.clone()),
+                None => Err(format!(
+                    "takes RFC 3339 or YYYY-MM-DD[ HH:MM:SS[.fraction]], not {s:?} (strict; [sink] coerce = \"lenient\" lets PostgreSQL parse it)"
                 )),
             }
         }
@@ -313,6 +340,24 @@ mod tests {
         assert_eq!(convert(&json("0.1"), &real, strict), Ok(json("0.1")));
         assert!(convert(&json("1e39"), &real, strict).is_err());
         assert!(convert(&json("1e-50"), &real, strict).is_err());
+        let timestamp = ColumnKind::from_pg("timestamp", "D", 3, None);
+        assert_eq!(
+            convert(&json("\"2024-01-01T10:00:00.5+02:00\""), &timestamp, strict),
+            Ok(json("\"2024-01-01 08:00:00.500\"")),
+            "in UTC, not with its offset dropped"
+        );
+        assert!(convert(&json("\"2024-01-01 10:00:00.0005\""), &timestamp, strict).is_err());
+        assert!(convert(&json("\"yesterday\""), &timestamp, strict).is_err());
+        assert_eq!(
+            convert(&json("\"yesterday\""), &timestamp, Coerce::Lenient),
+            Ok(json("\"yesterday\""))
+        );
+        let date = ColumnKind::from_pg("date", "D", -1, None);
+        assert_eq!(
+            convert(&json("\"2024-01-01T00:00:00Z\""), &date, strict),
+            Ok(json("\"2024-01-01\""))
+        );
+        assert!(convert(&json("\"2024-01-01T10:00:00\""), &date, Coerce::Lenient).is_err());
         let ts0 = ColumnKind::Timestamptz { precision: 0 };
         assert!(convert(&json("\"2024-01-01T10:00:00Z\""), &ts0, strict).is_ok());
         assert!(convert(&json("\"2024-01-01T10:00:00.5Z\""), &ts0, strict).is_err());
