@@ -281,14 +281,14 @@ mod tests {
     fn type_modifiers_become_the_columns_limits() {
         let kind = |name: &str, typmod: i32| ColumnKind::from_pg(name, "N", typmod, None);
         assert_eq!(
-            kind("numeric", 10 << 16 | 2 + VARHDRSZ),
+            kind("numeric", ((10 << 16) | 2) + VARHDRSZ),
             ColumnKind::Numeric {
                 digits: Some((10, 2))
             }
         );
         // numeric(2,-3), PostgreSQL 15's negative scale.
         assert_eq!(
-            kind("numeric", (2 << 16 | (-3i32 & 0x7ff)) + VARHDRSZ),
+            kind("numeric", ((2 << 16) | (-3i32 & 0x7ff)) + VARHDRSZ),
             ColumnKind::Numeric {
                 digits: Some((2, -3))
             }
