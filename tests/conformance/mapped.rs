@@ -7,12 +7,11 @@
 //! value's JSON text alone.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use serde_json::Value;
 
 use super::corpus::Line;
-use super::drivers::Letter;
+use super::drivers::{Driver, Letter};
 use super::expect::{decimal, same};
 use super::run::{Workdir, count};
 
@@ -158,18 +157,18 @@ pub struct Column<T> {
 /// One sink's mapped table.
 pub trait Mapped {
     type Type;
+    /// The sink kind's driver: its `[sink]` keys, its dead letters, its clean-up.
+    fn driver(&self) -> &dyn Driver;
     fn columns(&self) -> Vec<Column<Self::Type>>;
     /// Creates the table: the key column `k`, then every column.
     fn create(&self, table: &str);
-    /// The `[sink]` keys that write the table (`[sink.columns]` comes after).
-    fn sink(&self, table: &str) -> String;
     fn expected(&self, column: &Column<Self::Type>, value: &Value) -> Fate;
-    /// Every key in the table.
-    fn keys(&self, table: &str) -> BTreeSet<String>;
-    /// key → the column's stored value, as text, where it is not NULL.
-    fn stored(&self, table: &str, column: &Column<Self::Type>) -> BTreeMap<String, String>;
-    fn letters(&self, dir: &Path, table: &str) -> Vec<Letter>;
-    fn clean_up(&self, table: &str);
+    /// A name quoted for the sink's SQL.
+    fn quote(&self, name: &str) -> String;
+    /// The expression that reads `column` back as text.
+    fn read(&self, column: &Column<Self::Type>) -> String;
+    /// The rows of a query of two text columns.
+    fn pairs(&self, sql: String) -> Vec<(String, String)>;
 }
 
 /// Whether `stored` is what `want` says.
@@ -241,7 +240,7 @@ pub fn conformance<M: Mapped>(sink: &M, name: &str) {
         .collect();
     let toml = format!(
         "{}\nkey_column = \"k\"\n\n[sink.columns]\n{mapping}",
-        sink.sink(&table)
+        sink.driver().sink(&table)
     );
     wd.config(&toml, 1_000_000.0, 50, 4);
     let rows = cases.iter().filter(|c| matches!(c.2, Fate::Row(_))).count() as u64;
@@ -268,12 +267,25 @@ pub fn conformance<M: Mapped>(sink: &M, name: &str) {
         }
         wd.forget_checkpoint();
     }
-    let keys = sink.keys(&table);
+    let quoted = sink.quote(&table);
+    let keys: BTreeSet<String> = sink
+        .pairs(format!("SELECT k, k FROM {quoted}"))
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    // Column → key → the value stored, where it is not NULL.
     let stored: BTreeMap<&str, BTreeMap<String, String>> = columns
         .iter()
-        .map(|c| (c.name, sink.stored(&table, c)))
+        .map(|c| {
+            let sql = format!(
+                "SELECT k, {} FROM {quoted} WHERE {} IS NOT NULL",
+                sink.read(c),
+                sink.quote(c.name)
+            );
+            (c.name, sink.pairs(sql).into_iter().collect())
+        })
         .collect();
-    let found = sink.letters(wd.path(), &table);
+    let found = sink.driver().letters(wd.path(), &table);
     let expected_keys: BTreeSet<&str> = cases
         .iter()
         .filter(|c| matches!(c.2, Fate::Row(_)))
@@ -324,7 +336,7 @@ pub fn conformance<M: Mapped>(sink: &M, name: &str) {
             failures.push(format!("a letter nobody expects: {}", l.reason));
         }
     }
-    sink.clean_up(&table);
+    sink.driver().clean_up(&table);
     eprintln!(
         "mapped {name}: {} columns × {} values = {} records ({rows} rows, {letters} dead letters); {} differences",
         columns.len(),
@@ -436,16 +448,6 @@ pub fn instant_of(s: &str) -> Option<(chrono::NaiveDateTime, usize)> {
         None => chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
             .ok()
             .map(|day| (day.and_time(chrono::NaiveTime::MIN), 0)),
-    }
-}
-
-/// Whether a value (or anything inside it) is a string holding NUL.
-pub fn has_nul(v: &Value) -> bool {
-    match v {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(a) => a.iter().any(has_nul),
-        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-        _ => false,
     }
 }
 

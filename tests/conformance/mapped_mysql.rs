@@ -5,13 +5,10 @@
 //! mapping: values travel as text for the server in strict mode; sluice refuses what the
 //! server would round, cut or zero with a mere note.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-
 use chrono::{NaiveDateTime, NaiveTime};
 use serde_json::Value;
 
-use super::drivers::{Driver, Letter, Mysql, block_on, depth, mysql_url};
+use super::drivers::{Driver, Mysql, block_on, depth, mysql_url};
 use super::mapped::{
     Column, Fate, Mapped, Want, conformance, fits_decimal, float_of, instant_of, integer_of,
     number_in,
@@ -50,6 +47,10 @@ async fn connect() -> sqlx::MySqlConnection {
 
 impl Mapped for MariaDb {
     type Type = My;
+
+    fn driver(&self) -> &dyn Driver {
+        &Mysql
+    }
 
     fn columns(&self) -> Vec<Column<My>> {
         let c = |name, sql, ty| Column { name, sql, ty };
@@ -117,10 +118,6 @@ impl Mapped for MariaDb {
                 .await
         })
         .unwrap();
-    }
-
-    fn sink(&self, table: &str) -> String {
-        Mysql.sink(table)
     }
 
     fn expected(&self, column: &Column<My>, value: &Value) -> Fate {
@@ -221,53 +218,27 @@ impl Mapped for MariaDb {
         }
     }
 
-    fn keys(&self, table: &str) -> BTreeSet<String> {
-        let sql = format!("SELECT k FROM `{table}`");
-        block_on(async {
-            let mut c = connect().await;
-            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-                .fetch_all(&mut c)
-                .await
-        })
-        .unwrap()
-        .into_iter()
-        .collect()
+    fn quote(&self, name: &str) -> String {
+        format!("`{name}`")
     }
 
-    fn stored(&self, table: &str, column: &Column<My>) -> BTreeMap<String, String> {
+    fn read(&self, column: &Column<My>) -> String {
         let name = column.name;
-        let from = format!("FROM `{table}` WHERE `{name}` IS NOT NULL");
-        if let My::Float(..) = column.ty {
-            let sql = format!("SELECT k, CAST(`{name}` AS DOUBLE) {from}");
-            return block_on(async {
-                let mut c = connect().await;
-                sqlx::query_as::<_, (String, f64)>(sqlx::AssertSqlSafe(sql))
-                    .fetch_all(&mut c)
-                    .await
-            })
-            .unwrap()
-            .into_iter()
-            .map(|(k, v)| (k, v.to_string()))
-            .collect();
+        match column.ty {
+            // A FLOAT's value exactly, as a DOUBLE's shortest text.
+            My::Float(..) => format!("CAST(CAST(`{name}` AS DOUBLE) AS CHAR)"),
+            _ => format!("CAST(`{name}` AS CHAR CHARACTER SET utf8mb4)"),
         }
-        let sql = format!("SELECT k, CAST(`{name}` AS CHAR CHARACTER SET utf8mb4) {from}");
+    }
+
+    fn pairs(&self, sql: String) -> Vec<(String, String)> {
         block_on(async {
             let mut c = connect().await;
-            sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(sql))
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .fetch_all(&mut c)
                 .await
         })
         .unwrap()
-        .into_iter()
-        .collect()
-    }
-
-    fn letters(&self, dir: &Path, table: &str) -> Vec<Letter> {
-        Mysql.letters(dir, table)
-    }
-
-    fn clean_up(&self, table: &str) {
-        Mysql.clean_up(table);
     }
 }
 

@@ -5,15 +5,12 @@
 //! the type table), exactly — floats rounded to the nearest of their type — or is
 //! dead-lettered by sluice naming the column.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-
 use serde_json::Value;
 
-use super::drivers::{Driver, Letter, Postgres, block_on, pg_url};
+use super::drivers::{Driver, Postgres, block_on, has_nul, pg_url};
 use super::mapped::{
-    Column, Fate, Mapped, Want, conformance, fits_decimal, float_of, has_nul, instant_of,
-    integer_of, time_of,
+    Column, Fate, Mapped, Want, conformance, fits_decimal, float_of, instant_of, integer_of,
+    time_of,
 };
 
 pub enum Pg {
@@ -42,6 +39,10 @@ async fn connect() -> sqlx::PgConnection {
 
 impl Mapped for Pg15 {
     type Type = Pg;
+
+    fn driver(&self) -> &dyn Driver {
+        &Postgres
+    }
 
     fn columns(&self) -> Vec<Column<Pg>> {
         let c = |name, sql, ty| Column { name, sql, ty };
@@ -85,10 +86,6 @@ impl Mapped for Pg15 {
                 .await
         })
         .unwrap();
-    }
-
-    fn sink(&self, table: &str) -> String {
-        Postgres.sink(table)
     }
 
     fn expected(&self, column: &Column<Pg>, value: &Value) -> Fate {
@@ -147,22 +144,13 @@ impl Mapped for Pg15 {
         }
     }
 
-    fn keys(&self, table: &str) -> BTreeSet<String> {
-        let sql = format!("SELECT k FROM \"{table}\"");
-        block_on(async {
-            let mut c = connect().await;
-            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-                .fetch_all(&mut c)
-                .await
-        })
-        .unwrap()
-        .into_iter()
-        .collect()
+    fn quote(&self, name: &str) -> String {
+        format!("\"{name}\"")
     }
 
-    fn stored(&self, table: &str, column: &Column<Pg>) -> BTreeMap<String, String> {
+    fn read(&self, column: &Column<Pg>) -> String {
         let name = column.name;
-        let read = match column.ty {
+        match column.ty {
             // to_char gives NULL for ±infinity.
             Pg::Timestamptz(_) => format!(
                 "COALESCE(to_char({name} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), {name}::text)"
@@ -171,25 +159,17 @@ impl Mapped for Pg15 {
                 format!("COALESCE(to_char({name}, 'YYYY-MM-DD HH24:MI:SS.US'), {name}::text)")
             }
             _ => format!("{name}::text"),
-        };
-        let sql = format!("SELECT k, {read} FROM \"{table}\" WHERE {name} IS NOT NULL");
+        }
+    }
+
+    fn pairs(&self, sql: String) -> Vec<(String, String)> {
         block_on(async {
             let mut c = connect().await;
-            sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(sql))
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .fetch_all(&mut c)
                 .await
         })
         .unwrap()
-        .into_iter()
-        .collect()
-    }
-
-    fn letters(&self, dir: &Path, table: &str) -> Vec<Letter> {
-        Postgres.letters(dir, table)
-    }
-
-    fn clean_up(&self, table: &str) {
-        Postgres.clean_up(table);
     }
 }
 
