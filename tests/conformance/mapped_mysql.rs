@@ -107,7 +107,7 @@ impl Mapped for MariaDb {
             .map(|c| format!("`{}` {}", c.name, c.sql))
             .collect();
         let ddl = format!(
-            "CREATE TABLE `{table}` (k VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin \
+            "CREATE TABLE `{table}` (k VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin \
              PRIMARY KEY, {}) DEFAULT CHARSET = utf8mb4",
             columns.join(", ")
         );
@@ -229,6 +229,10 @@ impl Mapped for MariaDb {
             My::Float(..) => format!("CAST(CAST(`{name}` AS DOUBLE) AS CHAR)"),
             _ => format!("CAST(`{name}` AS CHAR CHARACTER SET utf8mb4)"),
         }
+    }
+
+    fn refuses_key(&self, key: &str) -> Option<&'static str> {
+        (key.chars().count() > 255).then_some("1406")
     }
 
     fn pairs(&self, sql: String) -> Vec<(String, String)> {

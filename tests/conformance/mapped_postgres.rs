@@ -50,7 +50,7 @@ impl Mapped for Pg15 {
             c("i2", "smallint", Pg::Int(i16::MIN.into(), i16::MAX.into())),
             c("i4", "integer", Pg::Int(i32::MIN.into(), i32::MAX.into())),
             c("i8", "bigint", Pg::Int(i64::MIN.into(), i64::MAX.into())),
-            c("n", "numeric", Pg::Numeric(None)),
+            c("nu", "numeric", Pg::Numeric(None)),
             c("n10_2", "numeric(10,2)", Pg::Numeric(Some((10, 2)))),
             c("n2_m3", "numeric(2,-3)", Pg::Numeric(Some((2, -3)))),
             c("r", "real", Pg::Float(true)),
@@ -160,6 +160,10 @@ impl Mapped for Pg15 {
             }
             _ => format!("{name}::text"),
         }
+    }
+
+    fn refuses_key(&self, key: &str) -> Option<&'static str> {
+        Postgres.refuses(key, &Value::Null)
     }
 
     fn pairs(&self, sql: String) -> Vec<(String, String)> {
