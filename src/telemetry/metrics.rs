@@ -14,6 +14,7 @@ use crate::stats::Stats;
 pub const WRITE_SECONDS: &str = "sluice_sink_write_duration_seconds";
 pub const REQUESTS: &str = "sluice_sink_requests_total";
 pub const ITEMS: &str = "sluice_sink_items_total";
+pub const SOURCE_LOST_BYTES: &str = "sluice_source_lost_bytes_total";
 pub use crate::sink::balanced::metric_names::{
     APERTURE_SIZE, ENDPOINT_LATENCY, ENDPOINT_REQUESTS, ENDPOINT_UP,
 };
@@ -79,6 +80,10 @@ fn describe() {
         "Writes repeated after a failure or a throttle."
     );
     describe_counter!(REQUESTS, "Sink writes by outcome.");
+    describe_counter!(
+        SOURCE_LOST_BYTES,
+        "Bytes written to a followed file and never read: it was truncated before they were, and no copy of them was found."
+    );
     describe_histogram!(WRITE_SECONDS, metrics::Unit::Seconds, "Sink write latency.");
     describe_counter!(ENDPOINT_REQUESTS, "Requests per sink endpoint, by outcome.");
     describe_gauge!(

@@ -2,6 +2,8 @@
 //! direct reads of the sink database.
 #![allow(dead_code)]
 
+pub mod throttled;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
