@@ -124,4 +124,5 @@ fn a_failed_run_still_prints_its_summary() {
     let s = summary(&out);
     assert_eq!(s["pulled"], 0, "{s}");
     assert!(s["error"].as_str().is_some_and(|e| !e.is_empty()), "{s}");
+    assert_eq!(s["remaining"], 20, "{s}");
 }
