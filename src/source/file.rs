@@ -375,6 +375,15 @@ impl Source for FileSource {
         }
     }
 
+    /// Looks at the input on ticks that pulled nothing (a Retry-After pause, no free
+    /// slot), as a pull does: what a file cut meanwhile held is known from the last look.
+    async fn watch(&mut self) -> Result<bool, SourceError> {
+        if self.follow {
+            self.look_at_input()?;
+        }
+        Ok(false)
+    }
+
     async fn ack(&mut self, positions: &[Position]) -> Result<(), SourceError> {
         let mut moved = false;
         for p in positions {

@@ -163,3 +163,18 @@ async fn a_rotated_file_still_finishes_after_its_quiet_wait() {
     tokio::time::advance(WAIT).await;
     assert_eq!(ids(&pull_all(&mut s).await), ["a2"]);
 }
+
+/// A tick that pulls nothing (a Retry-After pause) still looks at the files: lines
+/// appended then and cut before any pull are counted lost, not left unknown.
+#[tokio::test(start_paused = true)]
+async fn a_tick_without_a_pull_still_looks_at_the_files() {
+    let i = input(&lines("a", 1..=2));
+    let mut s = FileSource::open(&config(&i.dir), true).await.unwrap();
+    assert_eq!(pull_all(&mut s).await.len(), 2);
+    let late = lines("a", 3..=3);
+    append(&i.path, &late);
+    assert!(!s.watch().await.unwrap());
+    std::fs::write(&i.path, lines("b", 1..=1)).unwrap();
+    assert_eq!(ids(&pull_all(&mut s).await), ["b1"]);
+    assert_eq!(s.lost_bytes, late.len() as u64);
+}
