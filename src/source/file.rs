@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use super::{Backlog, Pulled, Source, SourceError};
 use crate::record::Position;
 use checkpoint::{CheckpointFile, Entry};
+pub use follow::LOST_BYTES;
 use identity::{FileId, read_head};
 use locate::{Directory, display_name};
 use segment::Segment;

@@ -11,7 +11,10 @@ use super::locate::{Directory, Wanted};
 use super::rotation;
 use super::{FileSource, named, open_with_head};
 use crate::source::SourceError;
-use crate::telemetry::metrics::SOURCE_LOST_BYTES;
+
+/// The counter of bytes written to a followed file and never read: it was cut before they
+/// were, and no copy of them was found.
+pub const LOST_BYTES: &str = "sluice_source_lost_bytes_total";
 
 impl FileSource {
     /// Looks at every file still read, then at the input path: a file cut short is
@@ -143,7 +146,7 @@ impl FileSource {
                 s.path.display(),
                 to - from
             );
-            metrics::counter!(SOURCE_LOST_BYTES).increment(to - from);
+            metrics::counter!(LOST_BYTES).increment(to - from);
             self.lost_bytes += to - from;
         }
         if at_path
