@@ -65,6 +65,9 @@ pub struct SimSinkConfig {
     /// Answer as Elasticsearch `_bulk` (`POST /_bulk`, `POST /<index>/_bulk`) instead of
     /// `/ingest`: `capacity` and `burst` are the write queue's drain rate and size.
     pub bulk: bool,
+    /// `bulk`: the share of documents refused 429 at random, whatever the room (one busy
+    /// node among many, a shard's queue full while the rest are idle).
+    pub refuse_share: f64,
 }
 
 impl SimSinkConfig {
@@ -81,6 +84,7 @@ impl SimSinkConfig {
             reject_field: None,
             retry_after: RetryAfterStyle::Millis,
             bulk: false,
+            refuse_share: 0.0,
         }
     }
 }
@@ -255,6 +259,10 @@ pub struct SimSinkArgs {
     /// `--capacity` per second) get 429 inside it. Records only.
     #[arg(long)]
     bulk: bool,
+    /// With `--bulk`: refuse this share of documents (0 to 1) with 429 at random, whatever
+    /// the room, as a cluster with one busy node does.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, requires = "bulk")]
+    refuse_share: f64,
     /// How a 429 says when to come back.
     #[arg(long, value_enum, default_value_t = RetryAfterStyle::Millis)]
     retry_after: RetryAfterStyle,
@@ -286,12 +294,16 @@ impl SimSinkArgs {
         if !(self.jitter.is_finite() && self.jitter >= 0.0) {
             return Err("--jitter must not be negative".into());
         }
+        if !(self.refuse_share.is_finite() && (0.0..=1.0).contains(&self.refuse_share)) {
+            return Err("--refuse-share must be between 0 and 1".into());
+        }
         if self.bulk && self.unit != Unit::Records {
             return Err("--bulk counts documents: --unit must be records".into());
         }
         let mut config = SimSinkConfig::new(self.listen, self.capacity);
         config.unit = self.unit;
         config.bulk = self.bulk;
+        config.refuse_share = self.refuse_share;
         if let Some(burst) = self.burst {
             config.burst = burst;
         }
