@@ -233,20 +233,21 @@ impl Backpressure {
         self.throttle(write, None)
     }
 
-    /// As [`Backpressure::throttled`], for a write of which the sink refused some records
-    /// item by item (a bulk answer) and took the rest, reported first through
+    /// As [`Backpressure::throttled`], for a write of `sent` records of which the sink
+    /// refused some item by item (a bulk answer) and took the rest, reported first through
     /// [`Backpressure::written`]: what the sink took is what the limit learns from, and the
     /// worker pushes back in proportion to the share refused lately
     /// ([`crate::control::item_refusals`]). A sink answering item by item is up: never an
     /// outage.
-    pub fn throttled_items(&self, write: Refused) -> bool {
+    pub fn throttled_items(&self, write: Refused, sent: usize) -> bool {
         let now = self.now();
         let verdict = {
             let mut state = self.lock();
             let planned = state.planned;
+            let (sent_at, refused) = (write.sent_at, write.records);
             let verdict = state
                 .refusals
-                .refused(now, write.sent_at, write.records, planned);
+                .refused(now, sent_at, refused, sent as u64, planned);
             if let Verdict::Misread { rate } = verdict {
                 state.limit.restore(now, rate);
             }

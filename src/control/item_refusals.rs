@@ -8,10 +8,12 @@
 //!   capacity at all, it is by about that share, which the resends cost anyway;
 //! - above it, the worker pushes back by the share (pause and learned limit);
 //! - once the rate has fallen, the share must fall with it, as it does at a sink that
-//!   refuses for want of room. A share that stays is the sink's own (one busy node, a hot
-//!   shard's queue): the rate is restored and that share no longer counts, up to
-//!   [`MOST`]: a sink refusing more than half of what it is sent is backed off whatever
-//!   the reason. The sink's own share is forgotten as the share answered falls.
+//!   refuses for want of room (one that took `1 - share` of the old rate refuses what
+//!   exceeds that at the new one). A share that stays nearer the old one is the sink's own
+//!   (one busy node, a hot shard's queue): the rate is restored and that share no longer
+//!   counts, up to [`MOST`]: a sink refusing more than half of what it is sent is backed
+//!   off whatever the reason. The sink's own share is forgotten as the share answered
+//!   falls.
 //!
 //! Pure: the time comes in as an argument (time since the worker started).
 
@@ -51,7 +53,8 @@ struct Cut {
 pub enum Verdict {
     /// No signal: the refused items are resent, nothing more.
     Noise,
-    /// A push-back of this share of the items, beyond the sink's own share.
+    /// A push-back of this share of the items, beyond the sink's own share: the share of
+    /// the last second, or of this answer if more (a sink that filled up at once).
     PushBack(f64),
     /// The last push-back did not lower the share: not the rate's doing. The rate before it
     /// (records per second) is to be restored.
@@ -77,14 +80,15 @@ impl ItemRefusals {
         });
     }
 
-    /// The sink refused `refused` items of a write sent at `sent_at` (what it took was
-    /// reported through [`ItemRefusals::taken`] first), while the worker was planned at
-    /// `rate` records per second.
+    /// The sink refused `refused` of the `sent` items of a write sent at `sent_at` (what it
+    /// took was reported through [`ItemRefusals::taken`] first), while the worker was
+    /// planned at `rate` records per second.
     pub fn refused(
         &mut self,
         now: Duration,
         sent_at: Duration,
         refused: u64,
+        sent: u64,
         rate: f64,
     ) -> Verdict {
         self.push(Answer {
@@ -96,10 +100,14 @@ impl ItemRefusals {
         let share = self.share(|a| a.at + WINDOW > now);
         if let Some(cut) = self.cut
             && rate <= cut.rate * (1.0 - cut.share / 2.0)
-            && let Some(since) = self.judged(cut.at)
+            && let Some(since) = self.judged(cut.at + WINDOW)
         {
             self.cut = None;
-            if since - self.own >= cut.share / 2.0 && since <= MOST {
+            // A sink that was full took (1 - share) of the old rate: at the new one it
+            // refuses what exceeds that. A share nearer the old one than that is not the
+            // rate's doing.
+            let full = (1.0 - (1.0 - cut.share) * cut.rate / rate.max(f64::MIN_POSITIVE)).max(0.0);
+            if since - self.own >= (cut.share + full) / 2.0 && since <= MOST {
                 self.own = since;
                 return Verdict::Misread { rate: cut.rate };
             }
@@ -113,7 +121,8 @@ impl ItemRefusals {
             rate,
             share: excess,
         });
-        Verdict::PushBack(excess)
+        let this = refused as f64 / sent.max(refused).max(1) as f64 - self.own;
+        Verdict::PushBack(excess.max(this))
     }
 
     fn push(&mut self, answer: Answer) {
@@ -137,7 +146,8 @@ impl ItemRefusals {
     }
 
     /// The share refused of the items answered to writes sent after `at`, once enough of
-    /// them answered.
+    /// them answered. (Writes sent just after a cut still meet the reserve the overshoot
+    /// emptied: a cut is judged on writes sent a [`WINDOW`] after it.)
     fn judged(&self, at: Duration) -> Option<f64> {
         let after = |a: &Answer| a.sent_at > at;
         (self.count(after) >= JUDGED_ON).then(|| self.share(after))
@@ -189,7 +199,7 @@ mod tests {
             let (now, sent) = (ms(at + 10), ms(at));
             r.taken(now, sent, items - refused);
             if refused > 0 {
-                verdicts.push(r.refused(now, sent, refused, rate(&verdicts)));
+                verdicts.push(r.refused(now, sent, refused, items, rate(&verdicts)));
             }
         }
         verdicts
@@ -249,6 +259,20 @@ mod tests {
         run(&mut r, 2000, 2000, 200, 0.0, &|_| 5000.0);
         let v = run(&mut r, 4000, 1000, 200, 0.2, &|_| 5000.0);
         assert!(v.iter().any(|v| matches!(v, Verdict::PushBack(_))), "{v:?}");
+    }
+
+    /// 4x a full sink's capacity: 75% refused; at half the rate it still refuses half,
+    /// as a full sink does, and that is no misreading.
+    #[test]
+    fn a_full_sink_refusing_less_as_the_rate_falls_is_no_misreading() {
+        let mut r = ItemRefusals::default();
+        let v = run(&mut r, 0, 100, 200, 0.75, &|_| 4000.0);
+        assert!(matches!(v[0], Verdict::PushBack(_)), "{v:?}");
+        let v = run(&mut r, 100, 1000, 200, 0.45, &|_| 2000.0);
+        assert!(
+            !v.iter().any(|v| matches!(v, Verdict::Misread { .. })),
+            "{v:?}"
+        );
     }
 
     #[test]

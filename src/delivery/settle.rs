@@ -375,15 +375,18 @@ impl Delivery {
             );
             // Only the refused rows go again; the rest are settled. A sink that took part
             // of the batch takes batches of this size: no split.
-            let outage = self.pressure.throttled_items(Refused {
-                sent_at,
-                retry_after,
-                hint: unit,
-                // Items refused for room: the sink had none left.
-                emptied: true,
-                records: refused.len() as u64,
-                bytes: row_bytes(&refused),
-            });
+            let outage = self.pressure.throttled_items(
+                Refused {
+                    sent_at,
+                    retry_after,
+                    hint: unit,
+                    // Items refused for room: the sink had none left.
+                    emptied: true,
+                    records: refused.len() as u64,
+                    bytes: row_bytes(&refused),
+                },
+                sent,
+            );
             s.todo.push(Piece {
                 throttles: piece.throttles + u32::from(!outage),
                 pace: if outage { Pace::Outage } else { Pace::Turn },
