@@ -120,14 +120,14 @@ impl Worker {
         self.stats.batches_in_flight.store(1, Relaxed);
 
         self.pressure.first_attempt();
-        black_box(ready(self.pressure.clear_to_send()));
+        let sent_at = black_box(ready(self.pressure.clear_to_send()));
         let inflight = self.gate.started();
         let rtt = self.next_rtt();
         self.gate.finished(rtt, inflight, false);
         metrics::histogram!(WRITE_SECONDS).record(rtt.as_secs_f64());
         self.stats.write_latency.record(rtt);
         metrics::counter!(REQUESTS, "outcome" => "written").increment(1);
-        self.pressure.written(granted, granted * 100);
+        self.pressure.written(granted, granted * 100, sent_at);
         Stats::add(&self.stats.written, granted);
         Stats::add(&self.stats.duplicates, 0);
         granted

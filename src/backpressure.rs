@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
+use crate::control::item_refusals::{ItemRefusals, Verdict};
 use crate::control::retry_budget::RetryBudget;
 use crate::control::sink_limit::{BatchShape, LimitParams, Plan, Refused, SinkLimit, Unit};
 use crate::control::throttle::{Signal, Throttle, ThrottleParams};
@@ -54,6 +55,10 @@ struct State {
     planned: f64,
     /// When the next resend of refused items may go.
     resend_at: Duration,
+    /// What the share of items refused item by item says.
+    refusals: ItemRefusals,
+    /// The rate never falls below this share of the ceiling (`throttle.min_multiplier`).
+    floor: f64,
 }
 
 impl Backpressure {
@@ -94,6 +99,8 @@ impl Backpressure {
                 record_bytes: None,
                 planned: rate.records_per_second,
                 resend_at: Duration::ZERO,
+                refusals: ItemRefusals::default(),
+                floor: throttle.min_multiplier,
             }),
             owed: AtomicU64::new(0),
             outage,
@@ -175,11 +182,13 @@ impl Backpressure {
                 let mut state = self.lock();
                 let at = state.resend_at.max(state.throttle.paused_until());
                 if at <= now {
-                    // The plan is up to a tick old: a limit learned since bounds it.
+                    // The plan is up to a tick old: a limit learned since bounds it, never
+                    // below the floor the plan keeps.
+                    let floor = state.floor * state.ceiling;
                     let rate = state
                         .limit
                         .limit(Unit::Records)
-                        .map_or(state.planned, |limit| limit.min(state.planned))
+                        .map_or(state.planned, |limit| limit.max(floor).min(state.planned))
                         .max(f64::MIN_POSITIVE);
                     let span = (records as f64 / rate).min(RESEND_SPAN_MOST.as_secs_f64());
                     state.resend_at = now + Duration::from_secs_f64(span);
@@ -201,10 +210,12 @@ impl Backpressure {
         paid
     }
 
-    /// A write was taken: `records` inserted or already there, `bytes` of them.
-    pub fn written(&self, records: u64, bytes: u64) {
+    /// A write sent at `sent_at` was taken: `records` inserted or already there, `bytes`
+    /// of them.
+    pub fn written(&self, records: u64, bytes: u64, sent_at: Duration) {
         let now = self.now();
         let mut state = self.lock();
+        state.refusals.taken(now, sent_at, records);
         state.limit.on_written(now, records, bytes);
         state.throttle.on_success();
         if records > 0 {
@@ -222,12 +233,37 @@ impl Backpressure {
         self.throttle(write, None)
     }
 
-    /// As [`Backpressure::throttled`], for a write of which the sink refused `share` of the
-    /// records item by item (a bulk answer) and took the rest, reported first through
-    /// [`Backpressure::written`]: what the sink took is what the limit learns from. A sink
-    /// answering item by item is up: never an outage.
-    pub fn throttled_share(&self, write: Refused, share: f64) -> bool {
-        self.throttle(write, Some(share))
+    /// As [`Backpressure::throttled`], for a write of `sent` records of which the sink
+    /// refused some item by item (a bulk answer) and took the rest, reported first through
+    /// [`Backpressure::written`]: what the sink took is what the limit learns from, and the
+    /// worker pushes back in proportion to the share refused lately
+    /// ([`crate::control::item_refusals`]). A sink answering item by item is up: never an
+    /// outage.
+    pub fn throttled_items(&self, write: Refused, sent: usize) -> bool {
+        let now = self.now();
+        let verdict = {
+            let mut state = self.lock();
+            let planned = state.planned;
+            let (sent_at, refused) = (write.sent_at, write.records);
+            let verdict = state
+                .refusals
+                .refused(now, sent_at, refused, sent as u64, planned);
+            if let Verdict::Misread { rate } = verdict {
+                state.limit.restore(now, rate);
+            }
+            verdict
+        };
+        match verdict {
+            Verdict::Noise => false,
+            Verdict::PushBack(share) => self.throttle(write, Some(share)),
+            Verdict::Misread { rate } => {
+                tracing::info!(
+                    rate,
+                    "the sink refuses a share of items whatever the rate: rate restored, those resent"
+                );
+                false
+            }
+        }
     }
 
     fn throttle(&self, write: Refused, share: Option<f64>) -> bool {

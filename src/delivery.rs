@@ -7,6 +7,7 @@
 //! the batch is then sent again as it is. Every retry is paid for by the retry budget.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use crate::backpressure::Backpressure;
 use crate::control::backoff::Backoff;
@@ -39,6 +40,9 @@ pub struct Delivery {
     pressure: Arc<Backpressure>,
     gate: Arc<LimitGate>,
     stats: Arc<Stats>,
+    /// When the latest write the sink took (whole or in part) was sent, in nanoseconds of
+    /// the worker's time: the evidence that the sink works for some records.
+    last_taken_sent: AtomicU64,
 }
 
 impl Delivery {
@@ -59,6 +63,7 @@ impl Delivery {
             pressure,
             gate,
             stats,
+            last_taken_sent: AtomicU64::new(0),
         }
     }
 
@@ -122,6 +127,12 @@ impl Delivery {
                 );
                 return Ok(Vec::new());
             };
+            if piece.canary {
+                if let (Some(outcome), _) = self.write(&piece.rows, false, false).await {
+                    self.canary_answered(&outcome, sent_at);
+                }
+                continue;
+            }
             let resend = std::mem::take(&mut piece.unanswered);
             let within_limit = std::mem::take(&mut piece.within_limit);
             match self.write(&piece.rows, resend, within_limit).await {
@@ -137,6 +148,11 @@ impl Delivery {
             ..
         } = s;
         dead.extend(unexplained.verdict().map_err(FatalSinkError)?);
+        // Reasons quote the sink's answers, which may echo what the request carried (its
+        // headers, a token): whichever store keeps them, no configured secret reaches it.
+        for letter in &mut dead {
+            letter.reason = crate::redact::redact(&letter.reason);
+        }
         self.store_dead_letters(&dead).await?;
         Ok(batch.positions)
     }
@@ -176,9 +192,12 @@ pub fn row_bytes(rows: &[Row]) -> u64 {
         .sum()
 }
 
+mod blame;
 mod dead_letter_store;
 #[cfg(test)]
 mod item_tests;
+#[cfg(test)]
+mod outage_tests;
 mod piece;
 mod settle;
 #[cfg(test)]

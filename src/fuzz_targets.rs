@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::control::{quota_unit, retry_after};
 use crate::decode::Decoder;
 use crate::record::{Position, Record, Row, SourceContext};
+use crate::sink::elasticsearch::body::Target;
 use crate::sink::elasticsearch::{answer, settings::BulkOp};
 use crate::sink::http::{contract::ResponseContract, response};
 use crate::sink::upsert::{Upsert, VersionFrom};
@@ -99,15 +100,49 @@ pub fn response_contract(data: &[u8]) {
     }
 }
 
-/// `_bulk` answers: read, they hold exactly one outcome per action sent.
+/// `_bulk` answers: read, they hold exactly one outcome per action sent — sent as the
+/// answer names its items (so the matching passes and the outcomes are read) and as
+/// documents it does not name (so the matching itself is exercised).
 pub fn bulk_answer(data: &[u8]) {
-    let items = serde_json::from_slice::<Value>(data)
+    let named: Vec<Target> = serde_json::from_slice::<Value>(data)
         .ok()
-        .and_then(|v| v.get("items").and_then(Value::as_array).map(Vec::len));
+        .and_then(|v| v.get("items").and_then(Value::as_array).cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|item| {
+            let inner = item.as_object().and_then(|o| o.values().next());
+            let field = |name: &str| {
+                inner
+                    .and_then(|i| i.get(name))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            Target {
+                index: field("_index"),
+                id: field("_id"),
+            }
+        })
+        .collect();
+    let made = |n: usize| -> Vec<Target> {
+        (0..n)
+            .map(|i| Target {
+                index: "orders".into(),
+                id: i.to_string(),
+            })
+            .collect()
+    };
     for op in [BulkOp::Create, BulkOp::Index] {
-        for sent in [0, 1, 3].into_iter().chain(items) {
-            if let Ok(outcomes) = answer::read(data, op, sent) {
-                assert_eq!(outcomes.len(), sent, "one outcome per action");
+        for targets in [made(0), made(1), made(3), named.clone()] {
+            for fixed_index in [true, false] {
+                let sent = answer::Sent {
+                    op,
+                    targets: &targets,
+                    fixed_index,
+                };
+                if let Ok(outcomes) = answer::read(data, sent) {
+                    assert_eq!(outcomes.len(), targets.len(), "one outcome per action");
+                }
             }
         }
     }

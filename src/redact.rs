@@ -25,17 +25,28 @@ fn registry() -> &'static RwLock<Registry> {
     REGISTRY.get_or_init(Default::default)
 }
 
-/// Masks `value` wherever it appears from now on (a header value, a SASL password).
+/// Masks `value` wherever it appears from now on (a header value, a SASL password), also
+/// as a JSON string holds it (an endpoint echoing a request's headers in its answer, `/`
+/// perhaps escaped as `\/`).
 pub fn register_secret(value: &str) {
     let value = value.trim();
     if value.chars().count() < MIN_LITERAL {
         return;
     }
+    let json = serde_json::to_string(value).unwrap_or_default();
+    let json = json
+        .strip_prefix('"')
+        .and_then(|j| j.strip_suffix('"'))
+        .unwrap_or(value)
+        .to_string();
+    let slashes = json.replace('/', "\\/");
     let mut r = registry().write().unwrap_or_else(|p| p.into_inner());
-    if !r.values.iter().any(|v| v == value) {
-        r.values.push(value.to_string());
-        r.values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    for form in [value.to_string(), json, slashes] {
+        if !r.values.contains(&form) {
+            r.values.push(form);
+        }
     }
+    r.values.sort_by_key(|v| std::cmp::Reverse(v.len()));
 }
 
 /// Treats query parameter `name` as secret, besides the built-in names.
@@ -325,6 +336,17 @@ mod tests {
         );
         register_url_secrets("http://u:p%40ss-word1@h/x?apikey=planted-key-77");
         assert_eq!(redact("p@ss-word1 planted-key-77"), "*** ***");
+    }
+
+    /// An endpoint echoing the request's headers in a JSON answer.
+    #[test]
+    fn hides_registered_values_as_json_writes_them() {
+        register_secret("tok/en\"q-4a1");
+        assert_eq!(
+            redact(r#"{"authorization":"Bearer tok\/en\"q-4a1","x":"tok/en\"q-4a1"}"#),
+            r#"{"authorization":"Bearer ***","x":"***"}"#
+        );
+        assert_eq!(redact("raw tok/en\"q-4a1"), "raw ***");
     }
 
     /// TLS and SASL settings: passwords and inline keys are secret, file paths and

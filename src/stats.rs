@@ -233,8 +233,9 @@ pub struct Summary {
     pub write_p50_ms: Option<f64>,
     pub write_p95_ms: Option<f64>,
     pub elapsed_s: f64,
-    /// Records left in the source at exit (Kafka: end offsets − settled offsets of the
-    /// partitions held; RabbitMQ: ready messages; file: unread lines); null when unknown.
+    /// What the next run will read, records pulled and never settled included (Kafka: end
+    /// offsets − committed offsets of the partitions held; RabbitMQ: ready messages once
+    /// the unsettled ones are back; file: lines from the checkpoint on); null when unknown.
     pub remaining: Option<u64>,
     /// `--deadline` stopped the run before the source was drained.
     #[serde(skip_serializing_if = "std::ops::Not::not")]

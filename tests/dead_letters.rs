@@ -199,6 +199,11 @@ async fn dead_letters_refused_by_dev_full_are_never_acknowledged() {
     .await
     .unwrap();
     assert!(!child.status.success(), "{}", stderr(&child));
+    let first = summary(&child);
+    assert_eq!(
+        first["remaining"], 25,
+        "none acknowledged: the next run reads all: {first}"
+    );
     assert!(
         log_of(dir.path()).contains("No space left on device"),
         "{}",
@@ -214,6 +219,7 @@ async fn dead_letters_refused_by_dev_full_are_never_acknowledged() {
         .unwrap();
     assert!(out.status.success(), "{}", log_of(dir.path()));
     assert_eq!(summary(&out)["dead_lettered"], 5, "{}", log_of(dir.path()));
+    assert_eq!(summary(&out)["pulled"], first["remaining"]);
     let letters = ndjson_letters(&dir.path().join("dead.ndjson"));
     assert_eq!(letters.len(), 5);
     assert!(

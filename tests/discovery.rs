@@ -147,6 +147,40 @@ fn endpoints_join_and_drain_as_the_file_changes() {
     assert_all_once(&out, 4_000);
 }
 
+/// A line `sink.urls` would refuse (`localhost:PORT/ingest` parses as a URL of scheme
+/// "localhost") written into the file mid-run is skipped with a warning: the worker keeps
+/// writing to the endpoints it has and to the good line beside it, and finishes (exit 0;
+/// it stopped with exit 1 at its first write to the bad one).
+#[test]
+fn a_discovered_endpoint_the_configuration_would_refuse_is_skipped_with_a_warning() {
+    let listen = |ms| (SocketAddr::from(([127, 0, 0, 1], 0)), ms);
+    let sims = Sims::start(runtime(), &[listen(10), listen(10)]);
+    let url = |i: usize| sims.sims[i].ingest_url();
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("endpoints.txt");
+    std::fs::write(&list, format!("{}\n", url(0))).unwrap();
+    config(dir.path(), "[]", "file = \"endpoints.txt\"", 3_000);
+    let child = worker(dir.path(), true);
+    sims.wait_for(0, Duration::from_secs(20));
+    let bad = format!("localhost:{}/ingest", sims.sims[1].addr().port());
+    let next = dir.path().join("endpoints.next");
+    std::fs::write(&next, format!("{bad}\n{}\n", url(1))).unwrap();
+    std::fs::rename(&next, &list).unwrap();
+    sims.wait_for(1, Duration::from_secs(10));
+    let out = finish(child, Duration::from_secs(60));
+    let err = stderr(&out);
+    assert!(
+        err.contains("discovery file: endpoint skipped") && err.contains(&bad),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("discovery file: endpoint skipped").count(),
+        1,
+        "warned once while the line stays: {err}"
+    );
+    assert_all_once(&out, 3_000);
+}
+
 /// A DNS server answering A queries for any name with `addresses`, or SERVFAIL while it is
 /// None; AAAA queries get no records.
 fn dns_server(

@@ -22,7 +22,7 @@ async fn a_retry_after_pauses_every_write_of_the_worker() {
     let p = pressure();
     assert_eq!(p.clear_to_send().await, Duration::ZERO);
     tokio::time::advance(Duration::from_millis(500)).await;
-    p.written(200, 20_000);
+    p.written(200, 20_000, Duration::ZERO);
     p.throttled(Refused {
         sent_at: p.now(),
         retry_after: Some(Duration::from_secs(2)),
@@ -59,7 +59,7 @@ async fn a_named_request_limit_makes_batches_larger_at_the_same_rate() {
     let p = pressure();
     for _ in 0..10 {
         tokio::time::advance(Duration::from_millis(100)).await;
-        p.written(100, 10_000);
+        p.written(100, 10_000, Duration::ZERO);
     }
     p.throttled(Refused {
         sent_at: p.now(),

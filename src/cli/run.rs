@@ -196,7 +196,7 @@ async fn drain(
         args.deadline.map(|d| started + d),
         deadline_reached.clone(),
     );
-    let source = source::open(
+    let mut source = source::open(
         &config.source,
         &config.opening(args.extent(), args.direct_assignment),
     )
@@ -208,13 +208,20 @@ async fn drain(
         },
         e => format!("cannot open the source: {e}").into(),
     })?;
-    let Some(sink) = sink::open_when_ready(&config.sink, &config.sink_opening(), &mut shutdown)
+    let sink = match sink::open_when_ready(&config.sink, &config.sink_opening(), &mut shutdown)
         .await
-        .map_err(|e| e.to_string())?
-    else {
-        let mut summary = stats.summary(started.elapsed());
-        summary.deadline_reached = deadline_reached.load(std::sync::atomic::Ordering::Relaxed);
-        return Ok(summary);
+    {
+        Ok(Some(sink)) => sink,
+        Ok(None) => {
+            note_remaining(source.as_mut(), &stats).await;
+            let mut summary = stats.summary(started.elapsed());
+            summary.deadline_reached = deadline_reached.load(std::sync::atomic::Ordering::Relaxed);
+            return Ok(summary);
+        }
+        Err(e) => {
+            note_remaining(source.as_mut(), &stats).await;
+            return Err(e.to_string().into());
+        }
     };
     // With leases the worker starts with its reserved rate and earns the rest.
     let initial_rate = match &config.leases {
@@ -328,6 +335,15 @@ async fn drain(
         let _ = k.await;
     }
     result.map_err(|e| e.to_string().into())
+}
+
+/// A run that ends before its pipeline starts (the sink cannot be opened, or shutdown
+/// came first) still says what the next run will read.
+async fn note_remaining(source: &mut dyn source::Source, stats: &Stats) {
+    if let Err(e) = source.close(false).await {
+        tracing::warn!("closing the source: {e}");
+    }
+    let _ = stats.remaining.set(source.remaining().await);
 }
 
 /// Whether a URL given on the command line carries a password or a secret query value.

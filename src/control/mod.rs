@@ -5,6 +5,7 @@ pub mod balance;
 pub mod cadence;
 pub mod clock;
 pub mod health;
+pub mod item_refusals;
 pub mod lease_table;
 pub mod limit;
 pub mod peak_usage;

@@ -40,7 +40,8 @@ pub struct Signal {
     pub retry_after: Option<Duration>,
     /// `None` when the whole request was refused; the share of its records refused when
     /// the sink answered item by item (a bulk API's 200 with 429 items). Such a sink is
-    /// answering: however often it refuses items, that is never an outage.
+    /// answering: however often it refuses items, that is never an outage; and it pauses
+    /// the worker in proportion to the share, not as a whole refusal would.
     pub share: Option<f64>,
 }
 
@@ -106,7 +107,13 @@ impl Throttle {
             None if self.last_backoff_at.is_none_or(|at| s.sent_at >= at) => {
                 self.streak += 1;
                 self.last_backoff_at = Some(s.now);
-                let wait = self.params.backoff.half_jitter(self.streak, rng);
+                // Items refused while the rest was taken: a pause in proportion to them.
+                let share = s.share.unwrap_or(1.0).clamp(0.0, 1.0);
+                let wait = self
+                    .params
+                    .backoff
+                    .half_jitter(self.streak, rng)
+                    .mul_f64(share);
                 self.pause(s.now, s.now + wait);
             }
             // An echo of a signal already acted on: its pause is in force, or was.
@@ -275,6 +282,27 @@ mod tests {
         // Lower bounds of the pauses: 0.1, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4 s — at most
         // eight rounds start within ten seconds.
         assert!(requests <= 4 * 8, "{requests} requests");
+    }
+
+    #[test]
+    fn items_refused_pause_in_proportion_to_their_share() {
+        let mut rng = StdRng::seed_from_u64(8);
+        for share in [0.01, 0.2, 1.0] {
+            let mut t = throttle();
+            let r = t.on_throttle(
+                Signal {
+                    share: Some(share),
+                    ..signal(ms(1000), ms(990))
+                },
+                &mut rng,
+            );
+            let pause = (r.paused_until.saturating_sub(ms(1000))).as_secs_f64();
+            // The whole-refusal pause of a first throttle is 100 ms here.
+            assert!(
+                (pause - 0.1 * share).abs() < 1e-6,
+                "share {share}: paused {pause}"
+            );
+        }
     }
 
     #[test]

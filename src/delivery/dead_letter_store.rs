@@ -29,6 +29,7 @@ impl Delivery {
                 }
                 WriteOutcome::Fatal(reason)
                 | WriteOutcome::Unexplained(reason)
+                | WriteOutcome::Unreadable(reason)
                 | WriteOutcome::Rejected { reason, .. } => {
                     break Err(FatalSinkError(format!(
                         "cannot store dead letters: {reason}"
@@ -41,6 +42,7 @@ impl Delivery {
                 }
                 WriteOutcome::Throttled { reason, .. }
                 | WriteOutcome::Unavailable(reason)
+                | WriteOutcome::ServerError(reason)
                 | WriteOutcome::Transient(reason) => {
                     if attempt == 0 {
                         self.stats.dead_letter_outages.fetch_add(1, Relaxed);

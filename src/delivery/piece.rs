@@ -44,6 +44,23 @@ pub(super) struct Piece {
     /// The sink pushed these rows back at more writes in flight than it took lately: they
     /// go again once the writes in flight are under the (cut) limit.
     pub(super) within_limit: bool,
+    /// When the last request that failed these rows without saying why (a 500) was sent.
+    pub(super) failed_at: Option<Duration>,
+    /// The sink took a write sent after one of those failures: it works for other records,
+    /// so these are suspect.
+    pub(super) cleared: bool,
+    /// Failures without explanation (500s) of these rows, as this piece.
+    pub(super) server_errors: u32,
+    /// Halved after this many such failures even without evidence (0: `max_attempts`);
+    /// doubled for the halves, so that an outage splits a batch into few pieces.
+    pub(super) split_after: u32,
+    /// Answers in a row that could not be matched to these rows.
+    pub(super) unreadable: u32,
+    /// Answers in a row that the part of the sink holding these rows is down: the outage
+    /// backoff's attempt.
+    pub(super) outage_answers: u32,
+    /// A row the sink took, sent again only to learn whether the sink takes writes now.
+    pub(super) canary: bool,
 }
 
 impl Piece {
@@ -57,6 +74,13 @@ impl Piece {
             backoff: Duration::ZERO,
             unanswered: false,
             within_limit: false,
+            failed_at: None,
+            cleared: false,
+            server_errors: 0,
+            split_after: 0,
+            unreadable: 0,
+            outage_answers: 0,
+            canary: false,
         }
     }
 
@@ -66,8 +90,8 @@ impl Piece {
     }
 }
 
-/// Halves a piece; the halves keep its attempt count, whether they are a retry and whether
-/// the sink may hold them, but start a new throttle streak.
+/// Halves a piece; the halves keep its attempt count, whether they are a retry, whether
+/// the sink may hold them and what its failures showed, but start new streaks.
 pub(super) fn split(piece: Piece) -> [Piece; 2] {
     let pace = if piece.is_retry() {
         Pace::Retry
@@ -79,6 +103,8 @@ pub(super) fn split(piece: Piece) -> [Piece; 2] {
     let half = |rows| Piece {
         pace,
         unanswered: piece.unanswered,
+        failed_at: piece.failed_at,
+        cleared: piece.cleared,
         ..Piece::new(rows, piece.attempts)
     };
     // Pieces are popped from the end: push the second half first to keep the order.

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::blame::keep_canary;
 use super::piece::{Pace, Piece, split};
 use super::{Delivery, FatalSinkError, row_bytes};
 use crate::control::sink_limit::{Refused, Unit};
@@ -22,9 +23,12 @@ pub(super) struct Settling {
     /// Pieces still to be written, the next at the end.
     pub(super) todo: Vec<Piece>,
     pub(super) dead: Vec<DeadLetter>,
-    /// Answers in a row that the sink is down: the outage backoff's attempt.
-    outages: u32,
+    /// Answers in a row that the sink is down (or fails every request): the outage
+    /// backoff's attempt.
+    pub(super) outages: u32,
     pub(super) unexplained: UnexplainedFailures,
+    /// A row of the batch the sink took: sent again to learn whether it takes writes now.
+    pub(super) canary: Option<Row>,
 }
 
 impl Settling {
@@ -34,6 +38,7 @@ impl Settling {
             dead,
             outages: 0,
             unexplained: UnexplainedFailures::default(),
+            canary: None,
         }
     }
 }
@@ -48,6 +53,8 @@ struct Sorted {
     throttle_reason: Option<String>,
     failed: Vec<Row>,
     fail_reason: Option<String>,
+    unavailable: Vec<Row>,
+    unavailable_reason: Option<String>,
 }
 
 impl Delivery {
@@ -66,7 +73,7 @@ impl Delivery {
                 inserted,
                 duplicates,
             } => {
-                self.taken(s, inserted + duplicates, row_bytes(&piece.rows));
+                self.taken(s, &piece.rows, inserted + duplicates, sent_at);
                 metrics::counter!(ITEMS, "outcome" => "written").increment(inserted);
                 metrics::counter!(ITEMS, "outcome" => "duplicate").increment(duplicates);
                 Stats::add(&self.stats.written, inserted);
@@ -77,7 +84,7 @@ impl Delivery {
                 duplicates,
                 skipped,
             } => {
-                self.taken(s, inserted + duplicates + skipped, row_bytes(&piece.rows));
+                self.taken(s, &piece.rows, inserted + duplicates + skipped, sent_at);
                 metrics::counter!(ITEMS, "outcome" => "written").increment(inserted);
                 metrics::counter!(ITEMS, "outcome" => "duplicate").increment(duplicates);
                 metrics::counter!(ITEMS, "outcome" => "skipped_by_sink").increment(skipped);
@@ -92,7 +99,7 @@ impl Delivery {
                 superseded,
                 skipped,
             } => {
-                self.taken(s, piece.rows.len() as u64, row_bytes(&piece.rows));
+                self.taken(s, &piece.rows, piece.rows.len() as u64, sent_at);
                 metrics::counter!(ITEMS, "outcome" => "written").increment(written);
                 metrics::counter!(ITEMS, "outcome" => "deleted").increment(deleted);
                 metrics::counter!(ITEMS, "outcome" => "stale").increment(stale);
@@ -126,7 +133,9 @@ impl Delivery {
                 piece.unanswered = true;
                 s.todo.push(piece);
             }
-            WriteOutcome::Transient(reason) => self.failed(s, piece, &reason, true),
+            WriteOutcome::Transient(reason) => self.failed(s, piece, &reason),
+            WriteOutcome::ServerError(reason) => self.server_error(s, piece, reason, sent_at),
+            WriteOutcome::Unreadable(reason) => self.unreadable(s, piece, reason)?,
             WriteOutcome::Rejected {
                 rows: Some(bad),
                 reason,
@@ -174,11 +183,12 @@ impl Delivery {
                 unit,
             } => {
                 if items.len() != piece.rows.len() {
-                    return Err(FatalSinkError(format!(
+                    let reason = format!(
                         "the sink answered {} items for {} records: which were written cannot be told",
                         items.len(),
                         piece.rows.len()
-                    )));
+                    );
+                    return self.unreadable(s, piece, reason);
                 }
                 self.items(s, piece, items, retry_after, unit, sent_at);
             }
@@ -199,11 +209,45 @@ impl Delivery {
         s.todo.push(piece);
     }
 
-    /// The sink took `records` of `bytes`: an outage, if any, is over.
-    fn taken(&self, s: &mut Settling, records: u64, bytes: u64) {
+    /// The sink took `rows` (`records` of them counted), sent at `sent_at`: an outage, if
+    /// any, is over.
+    fn taken(&self, s: &mut Settling, rows: &[Row], records: u64, sent_at: Duration) {
         s.outages = 0;
         s.unexplained.written();
-        self.pressure.written(records, bytes);
+        self.took_sent_at(sent_at);
+        keep_canary(s, rows);
+        self.pressure.written(records, row_bytes(rows), sent_at);
+    }
+
+    /// The answer to `piece` cannot be matched to its rows: nothing of it is taken. Sent
+    /// again after the retry backoff (the sink may have stored some: a resend is safe by
+    /// their keys); after `retry.max_attempts` such answers in a row, the worker stops
+    /// rather than guess which were written.
+    fn unreadable(
+        &self,
+        s: &mut Settling,
+        mut piece: Piece,
+        reason: String,
+    ) -> Result<(), FatalSinkError> {
+        piece.unreadable += 1;
+        if piece.unreadable >= self.max_attempts {
+            return Err(FatalSinkError(format!(
+                "{reason} ({} answers in a row could not be matched to the records sent: nothing of them was acknowledged)",
+                piece.unreadable
+            )));
+        }
+        Stats::add(&self.stats.retries, 1);
+        piece.backoff = self.backoff.delay(piece.unreadable, &mut rand::rng());
+        tracing::warn!(
+            records = piece.rows.len(),
+            attempt = piece.unreadable,
+            wait = ?piece.backoff,
+            "the sink's answer cannot be matched to the records, sending them again: {reason}"
+        );
+        piece.pace = Pace::Retry;
+        piece.unanswered = true;
+        s.todo.push(piece);
+        Ok(())
     }
 
     fn throttled(
@@ -254,10 +298,9 @@ impl Delivery {
     }
 
     /// A failure that may pass: tried again after the retry backoff until
-    /// `retry.max_attempts`, then dead-lettered with `reason`. A request that failed
-    /// `whole` is first halved once more (the failure may be one row's doing); rows the
-    /// sink failed item by item were already judged one by one.
-    fn failed(&self, s: &mut Settling, mut piece: Piece, reason: &str, whole: bool) {
+    /// `retry.max_attempts`, then halved once more (the failure may be one row's doing),
+    /// and a row failing alone that often is dead-lettered with `reason`.
+    fn failed(&self, s: &mut Settling, mut piece: Piece, reason: &str) {
         piece.attempts += 1;
         if piece.attempts < self.max_attempts {
             Stats::add(&self.stats.retries, 1);
@@ -270,7 +313,7 @@ impl Delivery {
             );
             piece.pace = Pace::Retry;
             s.todo.push(piece);
-        } else if whole && piece.rows.len() > 1 {
+        } else if piece.rows.len() > 1 {
             piece.attempts = self.max_attempts - 1;
             piece.pace = Pace::Retry;
             s.todo.extend(split(piece));
@@ -319,14 +362,19 @@ impl Delivery {
                     sorted.fail_reason.get_or_insert(reason);
                     sorted.failed.push(row);
                 }
+                ItemOutcome::Unavailable(reason) => {
+                    sorted.unavailable_reason.get_or_insert(reason);
+                    sorted.unavailable.push(row);
+                }
                 ItemOutcome::Rejected(reason) => {
                     s.dead.push(DeadLetter::from_row(&row, reason, attempts));
                 }
             }
         }
-        if !sorted.taken.is_empty() {
+        let took_any = !sorted.taken.is_empty();
+        if took_any {
             let taken = sorted.inserted + sorted.duplicates;
-            self.taken(s, taken, row_bytes(&sorted.taken));
+            self.taken(s, &sorted.taken, taken, sent_at);
             Stats::add(&self.stats.written, sorted.inserted);
             Stats::add(&self.stats.duplicates, sorted.duplicates);
         }
@@ -343,7 +391,7 @@ impl Delivery {
             );
             // Only the refused rows go again; the rest are settled. A sink that took part
             // of the batch takes batches of this size: no split.
-            let outage = self.pressure.throttled_share(
+            let outage = self.pressure.throttled_items(
                 Refused {
                     sent_at,
                     retry_after,
@@ -353,7 +401,7 @@ impl Delivery {
                     records: refused.len() as u64,
                     bytes: row_bytes(&refused),
                 },
-                refused.len() as f64 / sent as f64,
+                sent,
             );
             s.todo.push(Piece {
                 throttles: piece.throttles + u32::from(!outage),
@@ -363,7 +411,31 @@ impl Delivery {
         }
         if !sorted.failed.is_empty() {
             let reason = sorted.fail_reason.unwrap_or_default();
-            self.failed(s, Piece::new(sorted.failed, piece.attempts), &reason, false);
+            let failed = Piece {
+                failed_at: piece.failed_at,
+                server_errors: piece.server_errors,
+                ..Piece::new(sorted.failed, piece.attempts)
+            };
+            self.failed_items(s, failed, &reason, took_any, sent_at);
+        }
+        if !sorted.unavailable.is_empty() {
+            // The part of the sink holding them is down, the rest of it up: waited out
+            // at the outage backoff, never dead-lettered, and no news about capacity.
+            let outage_answers = piece.outage_answers + 1;
+            let wait = self.pressure.outage_wait(outage_answers);
+            Stats::add(&self.stats.retries, 1);
+            tracing::warn!(
+                records = sorted.unavailable.len(),
+                ?wait,
+                "part of the sink unavailable, retrying: {}",
+                sorted.unavailable_reason.unwrap_or_default()
+            );
+            s.todo.push(Piece {
+                outage_answers,
+                backoff: wait,
+                pace: Pace::Retry,
+                ..Piece::new(sorted.unavailable, piece.attempts)
+            });
         }
     }
 }

@@ -3,7 +3,8 @@
 //! request beyond the free slots get 429 `es_rejected_execution_exception` inside the 200
 //! answer, as a cluster whose write thread pool queue is full answers; documents carrying
 //! `reject_field` get 400 `mapper_parsing_exception` and take no slot; a `create` whose id
-//! is stored gets 409, an `index` over one is `updated`.
+//! is stored gets 409, an `index` over one is `updated`; `refuse_share` of the documents
+//! get the same 429 at random, whatever the room (a busy node among idle ones).
 
 use std::sync::Arc;
 
@@ -54,11 +55,12 @@ pub async fn bulk(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
                 .is_none_or(|field| a.source.get(field).is_none())
         })
         .collect();
-    let wanted = mapped.iter().filter(|m| **m).count() as u64;
-    let mut free = lock(s.capacity()).take_up_to(wanted, now);
+    let unlucky: Vec<bool> = mapped.iter().map(|m| *m && s.refused_at_random()).collect();
+    let wanted = mapped.iter().filter(|m| **m).count() - unlucky.iter().filter(|u| **u).count();
+    let mut free = lock(s.capacity()).take_up_to(wanted as u64, now);
     let mut items = Vec::with_capacity(actions.len());
     let (mut refused, mut unmapped) = (0, 0);
-    for (action, mapped) in actions.iter().zip(mapped) {
+    for ((action, mapped), unlucky) in actions.iter().zip(mapped).zip(unlucky) {
         let status = if !mapped {
             unmapped += 1;
             let reason = format!(
@@ -71,7 +73,7 @@ pub async fn bulk(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
                 400,
                 json!({"type": "mapper_parsing_exception", "reason": reason}),
             )
-        } else if free == 0 {
+        } else if free == 0 || unlucky {
             refused += 1;
             let reason = "rejected execution of coordinating operation on EsThreadPoolExecutor[name = sim/write, queue capacity = full]";
             item(

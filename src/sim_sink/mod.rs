@@ -68,6 +68,9 @@ pub struct SimSinkConfig {
     pub bulk: bool,
     /// Keep every stored document (`GET /documents`, [`SimSink::documents`]).
     pub keep_documents: bool,
+    /// `bulk`: the share of documents refused 429 at random, whatever the room (one busy
+    /// node among many, a shard's queue full while the rest are idle).
+    pub refuse_share: f64,
 }
 
 impl SimSinkConfig {
@@ -85,6 +88,7 @@ impl SimSinkConfig {
             retry_after: RetryAfterStyle::Millis,
             bulk: false,
             keep_documents: false,
+            refuse_share: 0.0,
         }
     }
 }
@@ -267,6 +271,10 @@ pub struct SimSinkArgs {
     /// Keep every document stored, served at `GET /documents` (memory grows with them).
     #[arg(long)]
     keep_documents: bool,
+    /// With `--bulk`: refuse this share of documents (0 to 1) with 429 at random, whatever
+    /// the room, as a cluster with one busy node does.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, requires = "bulk")]
+    refuse_share: f64,
     /// How a 429 says when to come back.
     #[arg(long, value_enum, default_value_t = RetryAfterStyle::Millis)]
     retry_after: RetryAfterStyle,
@@ -298,6 +306,9 @@ impl SimSinkArgs {
         if !(self.jitter.is_finite() && self.jitter >= 0.0) {
             return Err("--jitter must not be negative".into());
         }
+        if !(self.refuse_share.is_finite() && (0.0..=1.0).contains(&self.refuse_share)) {
+            return Err("--refuse-share must be between 0 and 1".into());
+        }
         if self.bulk && self.unit != Unit::Records {
             return Err("--bulk counts documents: --unit must be records".into());
         }
@@ -305,6 +316,7 @@ impl SimSinkArgs {
         config.unit = self.unit;
         config.bulk = self.bulk;
         config.keep_documents = self.keep_documents;
+        config.refuse_share = self.refuse_share;
         if let Some(burst) = self.burst {
             config.burst = burst;
         }

@@ -34,6 +34,7 @@ pub struct Shared {
     stopping: tokio::sync::watch::Sender<bool>,
     rng: Mutex<rand::rngs::StdRng>,
     reject_field: Option<String>,
+    refuse_share: f64,
     retry_after: RetryAfterStyle,
     unit: Unit,
     /// The configured capacity, for RateLimit-Policy (what `set_capacity` changes later is
@@ -57,6 +58,7 @@ impl Shared {
             stopping: tokio::sync::watch::Sender::new(false),
             rng: Mutex::new(rand::make_rng()),
             reject_field: config.reject_field.clone(),
+            refuse_share: config.refuse_share,
             retry_after: config.retry_after,
             unit: config.unit,
             quota: config.capacity,
@@ -126,6 +128,12 @@ impl Shared {
 
     pub fn reject_field(&self) -> Option<&str> {
         self.reject_field.as_deref()
+    }
+
+    /// Whether the next document is refused at random (`refuse_share`).
+    pub fn refused_at_random(&self) -> bool {
+        use rand::RngExt;
+        self.refuse_share > 0.0 && lock(&self.rng).random_bool(self.refuse_share)
     }
 
     pub fn capacity(&self) -> &Mutex<Capacity> {

@@ -4,7 +4,10 @@
 //! `sink.discovery.interval`; endpoints that appeared join the balancer, those gone drain
 //! (no new batch, those in flight finish). A source that fails — a name that does not
 //! resolve, a file that cannot be read or lists nothing — keeps its last good answer:
-//! a DNS hiccup or a half-written file never empties the worker's endpoint list.
+//! a DNS hiccup or a half-written file never empties the worker's endpoint list. A line
+//! of the file passes the checks an entry of `sink.urls` passes at start
+//! ([`SinkSettings::check_endpoint`]); one that does not is skipped with a warning (once,
+//! while it stays), and the rest of the list is used.
 
 pub mod settings;
 
@@ -47,6 +50,10 @@ pub struct Discovery {
     resolver: Option<TokioResolver>,
     /// Each source's last good answer: `dns:<entry>` or `file`.
     last_good: BTreeMap<String, Vec<Wanted>>,
+    /// What the file's endpoints are checked against.
+    sink: SinkSettings,
+    /// Lines of the file skipped and warned about: not warned about again while they stay.
+    skipped: HashSet<String>,
 }
 
 impl Discovery {
@@ -82,6 +89,8 @@ impl Discovery {
             file: sink.discovery.file.clone(),
             resolver,
             last_good: BTreeMap::new(),
+            sink: sink.clone(),
+            skipped: HashSet::new(),
         })
     }
 
@@ -108,7 +117,7 @@ impl Discovery {
             }
         }
         if let Some(path) = &self.file {
-            match read_list(path).await {
+            match read_list(path, &self.sink, &mut self.skipped).await {
                 Ok(found) => {
                     self.last_good.insert("file".into(), found);
                 }
@@ -231,31 +240,42 @@ async fn lookup(resolver: &TokioResolver, e: &DnsEntry) -> Result<Vec<Wanted>, S
         .collect())
 }
 
-/// The file's URLs, one a line; blank lines and `#` comments skipped. A line that is not
-/// a URL is skipped with a warning; a file naming none is an error (keep the last list).
-async fn read_list(path: &std::path::Path) -> Result<Vec<Wanted>, String> {
+/// The file's URLs, one a line; blank lines and `#` comments skipped. A line that `sink`
+/// would refuse in `sink.urls` is skipped, with a warning unless `skipped` says it was
+/// warned about (it holds the lines skipped this time, after); a file naming none is an
+/// error (keep the last list).
+async fn read_list(
+    path: &std::path::Path,
+    sink: &SinkSettings,
+    skipped: &mut HashSet<String>,
+) -> Result<Vec<Wanted>, String> {
     let text = tokio::fs::read_to_string(path)
         .await
         .map_err(|e| e.to_string())?;
+    let mut now_skipped = HashSet::new();
     let found: Vec<Wanted> = parse_list(&text)
         .into_iter()
-        .filter_map(|line| match reqwest::Url::parse(line) {
-            Ok(_) => Some(Wanted {
+        .filter_map(|line| match sink.check_endpoint(line) {
+            Ok(()) => Some(Wanted {
                 url: line.to_string(),
                 zone: None,
                 name: None,
             }),
-            Err(e) => {
-                tracing::warn!(
-                    line = %crate::redact::redact(line),
-                    "discovery file: not a URL, skipped: {e}"
-                );
+            Err(why) => {
+                if !skipped.contains(line) {
+                    tracing::warn!(
+                        line = %crate::redact::redact(line),
+                        "discovery file: endpoint skipped: {why}"
+                    );
+                }
+                now_skipped.insert(line.to_string());
                 None
             }
         })
         .collect();
+    *skipped = now_skipped;
     if found.is_empty() {
-        return Err("it names no endpoint".into());
+        return Err("it names no usable endpoint".into());
     }
     Ok(found)
 }
@@ -291,7 +311,7 @@ mod tests {
                 file: Some(path.clone()),
                 ..Default::default()
             },
-            ..SinkSettings::default()
+            ..http_sink()
         };
         let mut d = Discovery::new(&sink).unwrap();
         let urls = |w: Vec<Wanted>| w.into_iter().map(|w| w.url).collect::<Vec<_>>();
@@ -311,5 +331,51 @@ mod tests {
             urls(d.resolve().await),
             ["http://10.0.0.9:1/a", "http://10.0.0.2:1/a"]
         );
+    }
+
+    fn http_sink() -> SinkSettings {
+        SinkSettings::new(
+            "",
+            crate::sink::settings::SinkBackend::Http(Default::default()),
+        )
+    }
+
+    /// `localhost:29313/ingest` parses as a URL of scheme "localhost": accepted, it
+    /// stopped the worker at its first write. It is refused as `sink.urls` refuses it.
+    #[tokio::test]
+    async fn a_line_the_configuration_would_refuse_is_skipped_and_the_rest_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("endpoints");
+        std::fs::write(&path, "http://10.0.0.1:1/a\n").unwrap();
+        let sink = SinkSettings {
+            discovery: settings::DiscoveryConfig {
+                file: Some(path.clone()),
+                ..Default::default()
+            },
+            ..http_sink()
+        };
+        let mut d = Discovery::new(&sink).unwrap();
+        let urls = |w: Vec<Wanted>| w.into_iter().map(|w| w.url).collect::<Vec<_>>();
+        assert_eq!(urls(d.resolve().await), ["http://10.0.0.1:1/a"]);
+        let bad = [
+            "localhost:29313/ingest",
+            "ftp://10.0.0.3/x",
+            "dns+http://ingest:80/x",
+            "postgres://u@db/x",
+        ];
+        std::fs::write(&path, format!("http://10.0.0.2:1/a\n{}\n", bad.join("\n"))).unwrap();
+        assert_eq!(urls(d.resolve().await), ["http://10.0.0.2:1/a"]);
+        assert_eq!(d.skipped.len(), bad.len());
+        // Nothing usable: the last good list stands.
+        std::fs::write(&path, "localhost:29313/ingest\n").unwrap();
+        assert_eq!(urls(d.resolve().await), ["http://10.0.0.2:1/a"]);
+        for line in bad {
+            let why = sink.check_endpoint(line).unwrap_err();
+            assert!(
+                why.contains("http(s)://") || why.contains("dns+"),
+                "{line}: {why}"
+            );
+        }
+        assert!(sink.check_endpoint("https://10.0.0.2:8443/in").is_ok());
     }
 }

@@ -3,8 +3,8 @@
 //! so every record travels with its key and the request with an `Idempotency-Key`
 //! (see [`envelope`]); the answer is sorted into the pipeline's outcomes by [`response`].
 //! A request that gets no complete answer — refused, reset, timed out, or a body cut short
-//! — means the sink is unreachable: retried without limit and without blaming the records
-//! (the idempotency key makes a resend safe). Redirects are not followed except 307/308,
+//! — or a gateway's 502/504 means the sink is unreachable: retried without limit and
+//! without blaming the records (the idempotency key makes a resend safe). Redirects are not followed except 307/308,
 //! which keep the method and body. Rejected records go to the configured dead-letter store.
 
 pub mod contract;
@@ -21,6 +21,7 @@ use http::StatusCode;
 use http::header::CONTENT_TYPE;
 
 use super::dead_letters::{self, DeadLetterStore};
+use super::elasticsearch::answer;
 use super::elasticsearch::settings::{self as es, BulkOp};
 use super::{ItemOutcome, Sink, SinkError, WriteOutcome};
 use crate::record::{DeadLetter, Row};
@@ -46,8 +47,8 @@ enum Protocol {
     Bulk { index: Vec<es::Part>, op: BulkOp },
 }
 
-/// 307/308 redirects followed at most, per write.
-const MAX_REDIRECTS: usize = 3;
+/// Why an answer read record by record cannot be used: the write's outcome instead.
+type Unusable = WriteOutcome;
 
 /// The readiness probe's own limit: `/readyz` answers within 2 s.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
@@ -61,8 +62,8 @@ pub struct HttpSink {
     max_delay: Duration,
     timeout: Duration,
     dead_letters: Arc<dyn DeadLetterStore>,
-    /// Why the last write found the sink out of service (no complete answer, or 503);
-    /// None once a write gets any other answer. Readiness reports it.
+    /// Why the last write found the sink out of service (no complete answer, a 502, 503,
+    /// 504 or 500); None once a write gets any other answer. Readiness reports it.
     outage: Mutex<Option<String>>,
 }
 
@@ -154,8 +155,12 @@ impl HttpSink {
                 let Some(contract) = contract else {
                     return self.exchange(request, rows.len(), None).await;
                 };
-                self.exchange(request, rows.len(), Some(&|body| contract.read(body, rows)))
-                    .await
+                let read = |body: &[u8]| {
+                    contract.read(body, rows).map_err(|why| {
+                        WriteOutcome::Unreadable(format!("{}: {why}", self.shown_url))
+                    })
+                };
+                self.exchange(request, rows.len(), Some(&read)).await
             }
             Protocol::Bulk { index, op } => {
                 let encoded = super::elasticsearch::body::encode(rows, index, *op);
@@ -171,7 +176,21 @@ impl HttpSink {
                         .post(self.url.clone())
                         .header(CONTENT_TYPE, "application/x-ndjson")
                         .body(encoded.body);
-                    let read = |body: &[u8]| super::elasticsearch::answer::read(body, *op, sent);
+                    let sent_as = answer::Sent {
+                        op: *op,
+                        targets: &encoded.targets,
+                        fixed_index: !index.iter().any(|p| matches!(p, es::Part::Pointer(_))),
+                    };
+                    let read = |body: &[u8]| {
+                        answer::read(body, sent_as).map_err(|e| match e {
+                            answer::Unusable::Misplaced(why) => {
+                                WriteOutcome::Unreadable(format!("{}: {why}", self.shown_url))
+                            }
+                            answer::Unusable::Fatal(why) => {
+                                WriteOutcome::Fatal(format!("{}: {why}", self.shown_url))
+                            }
+                        })
+                    };
                     self.exchange(request, sent, Some(&read)).await
                 };
                 with_left_out(answered, encoded.left_out)
@@ -180,7 +199,7 @@ impl HttpSink {
     }
 
     /// Sends `request` carrying `records` and sorts the answer; a 2xx is read by `items`
-    /// when given (an error from it stops the worker: the answer cannot be attributed).
+    /// when given (which says what to make of an answer it cannot use).
     async fn exchange(
         &self,
         request: reqwest::RequestBuilder,
@@ -263,13 +282,13 @@ impl HttpSink {
                 ),
                 crate::control::quota_unit::from_headers(&headers),
             ),
-            Err(why) => WriteOutcome::Fatal(format!("{}: {why}", self.shown_url)),
+            Err(unusable) => unusable,
         }
     }
 }
 
 /// Reads a 2xx answer's body record by record.
-type ItemReader<'a> = dyn Fn(&[u8]) -> Result<Vec<ItemOutcome>, String> + Send + Sync + 'a;
+type ItemReader<'a> = dyn Fn(&[u8]) -> Result<Vec<ItemOutcome>, Unusable> + Send + Sync + 'a;
 
 /// The answer for the whole batch, given the answer for the records sent and why the
 /// others were left out (they are dead-lettered).
@@ -311,7 +330,7 @@ fn redirect_policy() -> reqwest::redirect::Policy {
             attempt.status(),
             StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT
         );
-        if keeps_body && attempt.previous().len() <= MAX_REDIRECTS {
+        if keeps_body && attempt.previous().len() <= response::MAX_REDIRECTS {
             attempt.follow()
         } else {
             attempt.stop()
@@ -334,7 +353,9 @@ impl Sink for HttpSink {
     async fn write(&self, rows: &[Row]) -> WriteOutcome {
         let outcome = self.send(rows).await;
         *crate::lock::lock(&self.outage) = match &outcome {
-            WriteOutcome::Unavailable(reason) => Some(reason.clone()),
+            WriteOutcome::Unavailable(reason) | WriteOutcome::ServerError(reason) => {
+                Some(reason.clone())
+            }
             WriteOutcome::Throttled { reason, .. } if reason.starts_with("HTTP 503") => {
                 Some(reason.clone())
             }

@@ -80,6 +80,22 @@ pub enum WriteOutcome {
     /// split to find out; a row is dead-lettered only if it fails alone and a write
     /// without it succeeds, otherwise the worker stops.
     Unexplained(String),
+    /// The sink failed the request without saying why (HTTP 500): one record's content may
+    /// crash it, or it may fail every request. Judged on evidence, as [`Unexplained`]
+    /// is, but what nothing explains is an outage here, not a reason to stop: the batch is
+    /// halved while the sink takes other records, and a record that failed alone is
+    /// dead-lettered only once it has failed `retry.max_attempts` times and a write sent
+    /// after one of its failures was taken. Without that evidence the pieces are sent
+    /// again after the outage backoff, without limit.
+    ///
+    /// [`Unexplained`]: WriteOutcome::Unexplained
+    ServerError(String),
+    /// The sink's answer cannot be matched to the records sent (items in another order,
+    /// another number of them, ids the request did not carry, a body that is not the
+    /// expected JSON): nothing of the request is acknowledged. Sent again (the keys make a
+    /// resend safe); after `retry.max_attempts` such answers in a row the worker stops
+    /// rather than guess.
+    Unreadable(String),
     /// The sink took part of the batch and answered record by record (a bulk API's 200
     /// with per-item statuses): one [`ItemOutcome`] per row, in the batch's order. Only the
     /// rows not taken are sent again. Built by [`WriteOutcome::from_items`], so it always
@@ -101,9 +117,15 @@ pub enum ItemOutcome {
     /// Refused for now (a full write queue, a 429 for this record): sent again, and
     /// counted as push-back in proportion to the share of the batch refused.
     Throttled(String),
-    /// Failed in a way that may pass (a 5xx for this record): retried with backoff, and
-    /// dead-lettered after `retry.max_attempts`.
+    /// Failed without saying why (a 500 for this record): retried with backoff, and
+    /// dead-lettered after `retry.max_attempts` only if the sink took other records
+    /// meanwhile (in the same answer, or in writes sent after this one failed); a sink
+    /// failing every record is out, and its records wait for it.
     Failed(String),
+    /// The part of the sink that holds this record is down (an Elasticsearch shard not
+    /// active, a 502/503/504 for this item): sent again after the outage backoff, without
+    /// limit, never dead-lettered.
+    Unavailable(String),
     /// Refused for good (a mapping or parsing error): dead-lettered with the reason.
     Rejected(String),
 }
@@ -116,6 +138,7 @@ impl ItemOutcome {
             ItemOutcome::Duplicate => "duplicate",
             ItemOutcome::Throttled(_) => "throttled",
             ItemOutcome::Failed(_) => "failed",
+            ItemOutcome::Unavailable(_) => "unavailable",
             ItemOutcome::Rejected(_) => "rejected",
         }
     }
@@ -134,6 +157,8 @@ impl WriteOutcome {
             WriteOutcome::Rejected { .. } => "rejected",
             WriteOutcome::Fatal(_) => "fatal",
             WriteOutcome::Unexplained(_) => "unexplained",
+            WriteOutcome::ServerError(_) => "server_error",
+            WriteOutcome::Unreadable(_) => "unreadable",
             WriteOutcome::Items { .. } => "partial",
         }
     }
@@ -170,8 +195,9 @@ impl WriteOutcome {
             WriteOutcome::Throttled { .. }
                 | WriteOutcome::Unavailable(_)
                 | WriteOutcome::Transient(_)
+                | WriteOutcome::ServerError(_)
         ) || matches!(self, WriteOutcome::Items { items, .. }
-            if items.iter().any(|i| matches!(i, ItemOutcome::Throttled(_) | ItemOutcome::Failed(_))))
+            if items.iter().any(|i| matches!(i, ItemOutcome::Throttled(_) | ItemOutcome::Failed(_) | ItemOutcome::Unavailable(_))))
     }
 }
 

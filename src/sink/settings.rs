@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::balanced::settings::{BalanceConfig, EndpointConfig};
 use super::dead_letters::settings::DeadLetterConfig;
-use super::discovery::settings::DiscoveryConfig;
+use super::discovery::settings::{DNS_PREFIX, DiscoveryConfig};
 use super::elasticsearch::settings::ElasticsearchSink;
 use super::http::settings::{HttpSettings, HttpTransport};
 use super::mysql::settings::MysqlSettings;
@@ -270,25 +270,7 @@ impl SinkSettings {
         } else if self.url.trim().is_empty() {
             p.add("sink.url", "must not be empty");
         }
-        match &self.backend {
-            SinkBackend::Sqlite => {
-                if !self.urls.is_empty() {
-                    p.add("sink.urls", "kind = \"sqlite\" is one local file: set url");
-                } else if !self.url.trim().is_empty() && !self.url.starts_with("sqlite:") {
-                    p.add(
-                        "sink.url",
-                        format!(
-                            "kind = \"sqlite\" needs a sqlite:// URL, got {:?}",
-                            self.url
-                        ),
-                    );
-                }
-            }
-            SinkBackend::Http(s) => s.validate(self, p),
-            SinkBackend::Postgres(s) => s.validate(self, p),
-            SinkBackend::Mysql(s) => s.validate(self, p),
-            SinkBackend::Elasticsearch(s) => s.validate(self, p),
-        }
+        self.validate_backend(p);
         if let Err(e) = super::identifier::validate(&self.table) {
             p.add("sink.table", e);
         }
@@ -308,5 +290,60 @@ impl SinkSettings {
         p.count("sink.max_batch", self.max_batch as u64, 1, MOST_BATCH);
         p.at_most_a_year("sink.balance.decay", self.balance.decay);
         self.balance.validate(p);
+    }
+
+    /// The checks of the backend's own keys, the URLs among them.
+    fn validate_backend(&self, p: &mut Problems) {
+        match &self.backend {
+            SinkBackend::Sqlite => {
+                if !self.urls.is_empty() {
+                    p.add("sink.urls", "kind = \"sqlite\" is one local file: set url");
+                } else if !self.url.trim().is_empty() && !self.url.starts_with("sqlite:") {
+                    p.add(
+                        "sink.url",
+                        format!(
+                            "kind = \"sqlite\" needs a sqlite:// URL, got {:?}",
+                            self.url
+                        ),
+                    );
+                }
+            }
+            SinkBackend::Http(s) => s.validate(self, p),
+            SinkBackend::Postgres(s) => s.validate(self, p),
+            SinkBackend::Mysql(s) => s.validate(self, p),
+            SinkBackend::Elasticsearch(s) => s.validate(self, p),
+        }
+    }
+
+    /// Whether `url` may be one of this sink's endpoints: the checks every entry of
+    /// `sink.urls` passed when the configuration loaded, for an endpoint found while
+    /// running (a line of `sink.discovery.file`). `Err` says why not.
+    pub fn check_endpoint(&self, url: &str) -> Result<(), String> {
+        if url.starts_with(DNS_PREFIX) {
+            return Err("dns+ names are resolved from sink.urls only".into());
+        }
+        let mut one = self.clone();
+        one.url.clear();
+        one.urls = vec![EndpointConfig::Url(url.to_string())];
+        one.discovery = Default::default();
+        let mut p = Problems::default();
+        one.validate_backend(&mut p);
+        let problems = match p.into_result() {
+            Ok(()) => return Ok(()),
+            Err(ConfigError::Several(all)) => all,
+            Err(one) => vec![one],
+        };
+        let about_urls: Vec<String> = problems
+            .into_iter()
+            .filter_map(|e| match e {
+                ConfigError::Invalid { key, message } if key == "sink.urls" => Some(message),
+                _ => None,
+            })
+            .collect();
+        if about_urls.is_empty() {
+            Ok(())
+        } else {
+            Err(about_urls.join("; "))
+        }
     }
 }

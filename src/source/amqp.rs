@@ -426,18 +426,24 @@ impl Source for AmqpSource {
                 },
             )
             .await;
-        // The channel handles the nack first: the count includes what was handed back.
-        self.left_at_close = passive_declare(&live.channel, &self.queue)
-            .await
-            .ok()
-            .map(|q| u64::from(q.message_count()));
+        // Counted on a fresh channel once this one is closed: the broker has requeued all
+        // it held then, whereas a count on it right after the nack missed the messages
+        // being handed back (50 of 300 with 250 prefetched and unsettled).
         let _ = live.channel.close(200, "sluice done".into()).await;
+        self.left_at_close = match live.connection.create_channel().await {
+            Ok(channel) => passive_declare(&channel, &self.queue)
+                .await
+                .ok()
+                .map(|q| u64::from(q.message_count())),
+            Err(_) => None,
+        };
         let _ = live.connection.close(200, "sluice done".into()).await;
         Ok(())
     }
 
-    /// Ready messages when the run ended (delivered to other consumers and unacked ones
-    /// not included: AMQP cannot count them).
+    /// What the next run reads: the messages ready once this worker's unsettled ones are
+    /// back in the queue (messages other consumers hold unacked are not included: AMQP
+    /// cannot count them); None when the connection was lost at the end.
     async fn remaining(&mut self) -> Option<u64> {
         self.left_at_close
     }

@@ -1,9 +1,9 @@
 //! NDJSON from a file or stdin. Acknowledged progress is checkpointed in a sidecar file so
 //! a restarted worker resumes after the last acknowledged record. Without `--until-empty`
 //! the source follows the input path like `tail -F`: when the path names another file
-//! (rotated: renamed away and recreated) the old file is finished through the handle held
-//! on it, then the new one is read from its start; when the file is cut short
-//! (copytruncate) it is read again from its start, and the content read so far is
+//! (rotated: renamed away and recreated) the new one is read from its start while the old
+//! one is finished through the handle held on it; when a file is cut short
+//! (copytruncate) it is read again from its start, and what was not read of it is
 //! finished from its copy when one lies next to it.
 
 mod checkpoint;
@@ -12,6 +12,7 @@ mod follow;
 pub mod fuzzing;
 mod identity;
 mod locate;
+mod on_disk;
 mod rotation;
 mod segment;
 pub mod settings;
@@ -26,8 +27,9 @@ use tokio::time::Instant;
 use super::{Backlog, Pulled, Source, SourceError};
 use crate::record::Position;
 use checkpoint::{CheckpointFile, Entry};
-use identity::{FileId, fingerprint, read_head};
-use locate::{Directory, Wanted, display_name};
+pub use follow::LOST_BYTES;
+use identity::{FileId, read_head};
+use locate::{Directory, display_name};
 use segment::Segment;
 use settings::FileSettings;
 
@@ -47,6 +49,8 @@ pub struct FileSource {
     next_lane: i32,
     checkpoint: Option<CheckpointFile>,
     saved_at: Option<Instant>,
+    /// Bytes written to a followed file and never read: it was cut without a copy.
+    lost_bytes: u64,
 }
 
 impl FileSource {
@@ -64,6 +68,7 @@ impl FileSource {
             next_lane: 0,
             checkpoint: None,
             saved_at: None,
+            lost_bytes: 0,
         };
         if path.as_os_str() == "-" {
             let lane = source.lane();
@@ -106,7 +111,7 @@ impl FileSource {
 
     /// Bytes on disk past what was read, in any file still in play.
     fn unread_bytes(&self) -> Result<bool, SourceError> {
-        for s in &self.segments {
+        for s in self.segments.iter().filter(|s| !s.cut) {
             if s.disk_len().map_err(named(&s.path))?.unwrap_or(0) > s.consumed() {
                 return Ok(true);
             }
@@ -138,14 +143,10 @@ impl FileSource {
         let mut claimed: Vec<FileId> = Vec::new();
         let mut rotated = Vec::new();
         for entry in saved {
-            let wanted = Wanted {
-                offset: entry.offset,
-                fingerprint: &entry.fingerprint,
-            };
+            let wanted = entry.wanted();
             let the_path_file = entry.file.is_none_or(|id| id == at_path)
                 && !claimed.contains(&at_path)
-                && entry.offset <= meta.len()
-                && fingerprint(&head, entry.offset) == entry.fingerprint;
+                && wanted.matches(meta.len(), &head);
             if the_path_file {
                 start = (entry.offset, entry.line);
                 claimed.push(at_path);
@@ -253,6 +254,7 @@ impl FileSource {
     }
 
     async fn save_checkpoint(&mut self) -> Result<(), SourceError> {
+        self.drop_settled();
         let Some(cp) = &self.checkpoint else {
             return Ok(());
         };
@@ -265,6 +267,44 @@ impl FileSource {
         cp.save(files).await?;
         self.saved_at = Some(Instant::now());
         Ok(())
+    }
+
+    /// Reads every file still in play, oldest first, each to its current end, until `max`
+    /// records are in hand: a rotated-away file being finished and the new file at the
+    /// path are read alike (their records interleave; each file's stay in order). A file
+    /// cut without a copy ends where the bytes read before the cut end.
+    async fn read_available(
+        &mut self,
+        records: &mut Vec<crate::record::Record>,
+        max: usize,
+    ) -> Result<(), SourceError> {
+        for s in &mut self.segments {
+            while records.len() < max && !s.done {
+                match s.next_record().await.map_err(named(&s.path))? {
+                    Some(r) => records.push(r),
+                    None if s.cut => s.abandon(),
+                    None => break,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes the rotated-away files read to their end that stayed unchanged for
+    /// `rotate_wait`: an unterminated last line is then a record of its own.
+    fn finish_quiet(&mut self, records: &mut Vec<crate::record::Record>) {
+        let now = Instant::now();
+        for s in &mut self.segments {
+            if s.superseded && !s.done && rotation::finished(s.last_growth, now, self.rotate_wait) {
+                records.extend(s.finish());
+                tracing::info!(
+                    "finished {} ({} lines): it was rotated away and stayed unchanged for {:?}",
+                    s.path.display(),
+                    s.lines_read(),
+                    self.rotate_wait
+                );
+            }
+        }
     }
 
     /// Lets go of files read to their end whose records are all settled (never the file at
@@ -311,43 +351,40 @@ impl Source for FileSource {
         if self.follow {
             self.look_at_input()?;
         }
-        while records.len() < max {
-            let Some(i) = self.segments.iter().position(|s| !s.done) else {
-                break;
-            };
-            let segment = &mut self.segments[i];
-            if let Some(r) = segment.next_record().await.map_err(named(&segment.path))? {
-                records.push(r);
-                continue;
+        loop {
+            self.read_available(&mut records, max).await?;
+            if records.len() >= max {
+                return Ok(Pulled {
+                    records,
+                    caught_up: false,
+                });
             }
             if !self.follow {
                 // A one-shot read: each file to its end, a last unterminated line included.
-                records.extend(segment.finish());
-                continue;
+                for s in self.segments.iter_mut().filter(|s| !s.done) {
+                    records.extend(s.finish());
+                }
+                let caught_up = records.len() < max;
+                return Ok(Pulled { records, caught_up });
             }
             if self.look_at_input()? {
                 continue;
             }
-            let segment = &mut self.segments[i];
-            if segment.superseded
-                && rotation::finished(segment.last_growth, Instant::now(), self.rotate_wait)
-            {
-                records.extend(segment.finish());
-                tracing::info!(
-                    "finished {} ({} lines): it was rotated away and stayed unchanged for {:?}",
-                    segment.path.display(),
-                    segment.lines_read(),
-                    self.rotate_wait
-                );
-                continue;
-            }
+            self.finish_quiet(&mut records);
             return Ok(Pulled {
                 records,
                 caught_up: true,
             });
         }
-        let caught_up = records.len() < max;
-        Ok(Pulled { records, caught_up })
+    }
+
+    /// Looks at the input on ticks that pulled nothing (a Retry-After pause, no free
+    /// slot), as a pull does: what a file cut meanwhile held is known from the last look.
+    async fn watch(&mut self) -> Result<bool, SourceError> {
+        if self.follow {
+            self.look_at_input()?;
+        }
+        Ok(false)
     }
 
     async fn ack(&mut self, positions: &[Position]) -> Result<(), SourceError> {
@@ -374,7 +411,7 @@ impl Source for FileSource {
             return Ok(Backlog::Unknown);
         }
         let (mut done, mut total) = (0, 0);
-        for s in self.segments.iter().filter(|s| !s.done) {
+        for s in self.segments.iter().filter(|s| !s.done && !s.cut) {
             done += s.consumed();
             total += s.disk_len().map_err(named(&s.path))?.unwrap_or(0);
         }
@@ -406,19 +443,34 @@ impl Source for FileSource {
             // A finished one-shot load: the next run is a fresh load, deduplicated by the sink.
             return cp.remove().await;
         }
+        for s in self
+            .segments
+            .iter()
+            .filter(|s| s.cut && s.outstanding() > 0)
+        {
+            tracing::warn!(
+                "{} record(s) read from {} before it was truncated are not written, and the file no longer holds them: the next run cannot read them again",
+                s.outstanding(),
+                s.path.display()
+            );
+        }
         self.save_checkpoint().await
     }
 
-    /// Records not read, in every file still in play (those past a start bound included).
+    /// What the next run will read: every file still in play from its acknowledged offset
+    /// to its end, so records pulled and never written or dead-lettered count (and lines
+    /// past a start bound); none of a file cut without a copy.
     async fn remaining(&mut self) -> Option<u64> {
         self.path.as_ref()?;
         let mut records = 0;
         for s in &self.segments {
-            records += s.count_unread().ok()??;
+            records += s.count_unsettled().ok()??;
         }
         Some(records)
     }
 }
 
+#[cfg(test)]
+mod follow_tests;
 #[cfg(test)]
 mod tests;

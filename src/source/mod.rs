@@ -96,8 +96,10 @@ pub trait Source: Send {
     /// `drained` is true when a one-shot run consumed everything.
     async fn close(&mut self, drained: bool) -> Result<(), SourceError>;
 
-    /// Records left in the source, asked after `close` (for the summary and `/metrics`):
-    /// None when the source cannot tell.
+    /// What the next run will read, asked after `close` (for the summary and `/metrics`):
+    /// from the durable position (checkpoint, committed offsets, the queue with the
+    /// unsettled messages handed back), so records pulled and never written or
+    /// dead-lettered count. None when the source cannot tell.
     async fn remaining(&mut self) -> Option<u64> {
         match self.backlog().await {
             Ok(Backlog::Records(n)) => Some(n),
@@ -158,7 +160,7 @@ pub async fn open(
                 source.bound_at_start();
             }
             if opening.direct {
-                source.assign_all()?;
+                source.assign_all().await?;
             }
             Ok(Box::new(source))
         }

@@ -17,6 +17,7 @@ pub const ITEMS: &str = "sluice_sink_items_total";
 pub use crate::sink::balanced::metric_names::{
     APERTURE_SIZE, ENDPOINT_LATENCY, ENDPOINT_REQUESTS, ENDPOINT_UP,
 };
+pub use crate::source::file::LOST_BYTES as SOURCE_LOST_BYTES;
 
 /// The process-wide recorder; installed once, on first use.
 pub fn handle() -> &'static PrometheusHandle {
@@ -83,6 +84,10 @@ fn describe() {
         "Writes repeated after a failure or a throttle."
     );
     describe_counter!(REQUESTS, "Sink writes by outcome.");
+    describe_counter!(
+        SOURCE_LOST_BYTES,
+        "Bytes written to a followed file and never read: it was truncated before they were, and no copy of them was found."
+    );
     describe_histogram!(WRITE_SECONDS, metrics::Unit::Seconds, "Sink write latency.");
     describe_counter!(ENDPOINT_REQUESTS, "Requests per sink endpoint, by outcome.");
     describe_gauge!(

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod pg;
+pub mod throttled;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -1,12 +1,16 @@
 //! Helpers for the Kafka → PostgreSQL integration tests: unique names, topics on the real
-//! broker, configs, the real binary, and direct reads of PostgreSQL and of the group's
-//! committed offsets. Services come from `scripts/services.sh` (env vars, same defaults).
+//! broker, configs, the real binary, and direct reads of PostgreSQL and (group_reads) of
+//! the group's committed offsets. Services come from `scripts/services.sh` (env vars, same defaults).
 #![allow(dead_code, unused_imports)]
 
 #[path = "../common/mod.rs"]
 pub mod common;
+mod group_reads;
+pub mod live;
 
 pub use common::{pg_url, stderr, summary, unique};
+use group_reads::reader;
+pub use group_reads::{committed_offsets, high_watermarks};
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
@@ -15,11 +19,11 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
-use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Message};
 use sqlx::{Connection, PgConnection};
 use tokio::process::{Child, Command};
 
@@ -231,85 +235,6 @@ pub async fn wait_for_count(sql: &str, n: i64, limit: Duration) -> i64 {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The offsets the group committed, per partition (-1 when none).
-pub async fn committed_offsets(topic: &str, group: &str, partitions: i32) -> Vec<i64> {
-    let (topic, group) = (topic.to_string(), group.to_string());
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap();
-        let mut list = TopicPartitionList::new();
-        for p in 0..partitions {
-            list.add_partition(&topic, p);
-        }
-        let committed = consumer
-            .committed_offsets(list, Duration::from_secs(10))
-            .unwrap();
-        (0..partitions)
-            .map(
-                |p| match committed.find_partition(&topic, p).unwrap().offset() {
-                    Offset::Offset(o) => o,
-                    _ => -1,
-                },
-            )
-            .collect()
-    })
-    .await
-    .unwrap()
-}
-
-/// A bare consumer assigned every partition of `topic` from the beginning, reporting
-/// each partition's end; its group (`<topic>-<role>`, needed by assign()) never commits.
-fn reader(topic: &str, role: &str, partitions: i32) -> BaseConsumer {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .set("group.id", format!("{topic}-{role}"))
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        .create()
-        .unwrap();
-    let mut list = TopicPartitionList::new();
-    for p in 0..partitions {
-        list.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&list).unwrap();
-    consumer
-}
-
-/// Each partition's high watermark, found by reading it to its end (the broker's own
-/// ListOffsets answer is not trusted: Tansu's was wrong when measured).
-pub async fn high_watermarks(topic: &str, partitions: i32) -> Vec<i64> {
-    let topic = topic.to_string();
-    tokio::task::spawn_blocking(move || {
-        let consumer = reader(&topic, "reader", partitions);
-        let mut high = vec![0i64; partitions as usize];
-        let mut ended = vec![false; partitions as usize];
-        let started = Instant::now();
-        while ended.iter().any(|e| !e) {
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "reading {topic} to its end"
-            );
-            match consumer.poll(Duration::from_millis(200)) {
-                Some(Ok(m)) => {
-                    high[m.partition() as usize] = m.offset() + 1;
-                    ended[m.partition() as usize] = false;
-                }
-                Some(Err(KafkaError::PartitionEOF(p))) => ended[p as usize] = true,
-                Some(Err(e)) => panic!("reading {topic}: {e}"),
-                None => {}
-            }
-        }
-        high
-    })
-    .await
-    .unwrap()
 }
 
 /// A loaded topic of `partitions` and the config that drains it unthrottled (fixed

@@ -175,6 +175,26 @@ impl SinkLimit {
         (2 * self.taken.largest()).max(1) as usize
     }
 
+    /// The push-backs since the worker sent `records_per_second` were not about capacity
+    /// (a share of items the sink refuses whatever the rate): the limit allows that rate
+    /// again.
+    pub fn restore(&mut self, now: Duration, records_per_second: f64) {
+        self.pending = None;
+        self.quiet_until = None;
+        self.volume_learned = None;
+        let allowed = records_per_second / self.params.hold;
+        if let Some(limit) = self.limits.get(Unit::Records) {
+            self.limits.set(Unit::Records, Some(limit.max(allowed)));
+        }
+        if let (Some(limit), Some(size)) = (self.limits.get(Unit::Bytes), self.record_bytes) {
+            self.limits
+                .set(Unit::Bytes, Some(limit.max(allowed * size)));
+        }
+        if self.binding.is_some() {
+            self.phase = Phase::Hold { quiet_since: now };
+        }
+    }
+
     /// Back to holding the volume limit, with no new experiment for a while.
     pub(super) fn end_experiment(&mut self, now: Duration) {
         self.experiment_after = now + 10 * self.params.experiment_for;

@@ -14,6 +14,15 @@ pub struct Encoded {
     pub body: Vec<u8>,
     /// Per row: why it was left out (its index name could not be built), or `None`.
     pub left_out: Vec<Option<String>>,
+    /// Per action sent, in order: what its answer item must name.
+    pub targets: Vec<Target>,
+}
+
+/// The document an action writes: its answer item names the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub index: String,
+    pub id: String,
 }
 
 /// The longest `_id` Elasticsearch and OpenSearch take, in UTF-8 bytes: a longer one
@@ -24,6 +33,7 @@ pub const MAX_ID_BYTES: usize = 512;
 pub fn encode(rows: &[Row], index: &[Part], op: BulkOp) -> Encoded {
     let mut body = Vec::with_capacity(rows.iter().map(|r| r.payload.len() + 64).sum());
     let mut left_out = Vec::with_capacity(rows.len());
+    let mut targets = Vec::with_capacity(rows.len());
     for row in rows {
         if row.key.len() > MAX_ID_BYTES {
             left_out.push(Some(format!(
@@ -58,8 +68,16 @@ pub fn encode(rows: &[Row], index: &[Part], op: BulkOp) -> Encoded {
             body.extend_from_slice(row.payload.as_bytes());
         }
         body.push(b'\n');
+        targets.push(Target {
+            index: name,
+            id: row.key.clone(),
+        });
     }
-    Encoded { body, left_out }
+    Encoded {
+        body,
+        left_out,
+        targets,
+    }
 }
 
 /// The index for `record`: the template's text with each `{/pointer}` replaced by that
@@ -121,6 +139,19 @@ mod tests {
         );
         assert!(text.ends_with('\n'), "the last line ends too");
         assert_eq!(e.left_out[..2], [None, None]);
+        assert_eq!(
+            e.targets,
+            [
+                Target {
+                    index: "logs-2026.11.30".into(),
+                    id: "1".into()
+                },
+                Target {
+                    index: "logs-7".into(),
+                    id: "a\"b".into()
+                },
+            ]
+        );
         assert_eq!(
             e.left_out[2].as_deref(),
             Some("index name: the record has no /day")

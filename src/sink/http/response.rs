@@ -4,9 +4,10 @@
 //! |---|---|
 //! | 2xx | written; `{"inserted": n, "duplicates": m}` in the body, if present, is believed |
 //! | 429, 503 | throttled, with the wait the headers ask for |
-//! | 408, 500, 502, 504–599 | transient: retried, then dead-lettered after `max_attempts` |
+//! | 408, 502, 504, 506–599 | an outage: the request timed out or a gateway found nothing behind it — no verdict on the records, retried without limit after the outage backoff |
+//! | 500 | the endpoint failed without saying why: judged on evidence (`delivery::blame`) — the batch is halved while other records go through, a record failing alone is dead-lettered only after `max_attempts` failures and only once the endpoint took others meanwhile; failing everything is an outage |
 //! | 3xx (not followed: 301/302/303 would turn the POST into a GET, 307/308 beyond a few hops) | fatal, naming the redirect and its `Location` |
-//! | 401, 403, 404, 405, 407, 501 | fatal: a wrong URL, method or credential is not the records' fault, and dead-lettering every record for it would be worse than stopping |
+//! | 401, 403, 404, 405, 407, 501, 505 | fatal: a wrong URL, method or credential is not the records' fault, and dead-lettering every record for it would be worse than stopping |
 //! | other 4xx (400, 413, 422, …) | rejected: the batch is split to find the bad records |
 //! | anything else | fatal |
 
@@ -38,8 +39,9 @@ pub fn classify(
             unit: quota_unit::from_headers(headers),
             reason: reason(),
         },
-        408 | 500 | 502 | 504..=599 => WriteOutcome::Transient(reason()),
-        401 | 403 | 404 | 405 | 407 | 501 => WriteOutcome::Fatal(reason()),
+        500 => WriteOutcome::ServerError(reason()),
+        401 | 403 | 404 | 405 | 407 | 501 | 505 => WriteOutcome::Fatal(reason()),
+        408 | 502 | 504..=599 => WriteOutcome::Unavailable(reason()),
         400..=499 => WriteOutcome::Rejected {
             rows: None,
             reason: reason(),
@@ -70,22 +72,42 @@ fn written(body: &[u8], rows: u64) -> WriteOutcome {
     }
 }
 
+/// 307/308 redirects followed at most, per request: they keep the method and body.
+pub const MAX_REDIRECTS: usize = 3;
+
 /// An ingest endpoint that redirects a write is misconfigured: following a 301/302/303
-/// turns the POST into a GET, so the batch never arrives however the target answers.
+/// turns the POST into a GET, so the batch never arrives however the target answers. A
+/// 307 or 308 comes back as the answer only once [`MAX_REDIRECTS`] were followed (or it
+/// names no target).
 pub fn redirected(status: StatusCode, headers: &HeaderMap) -> String {
     let location = headers
         .get(http::header::LOCATION)
-        .map(|l| String::from_utf8_lossy(l.as_bytes()).into_owned())
-        .unwrap_or_else(|| "nowhere (no Location header)".into());
-    format!(
-        "HTTP {status}: the endpoint redirects writes to {}; a redirected POST is not written (point sink.url at the final address)",
-        crate::redact::redact(&location)
-    )
+        .map(|l| crate::redact::redact(&String::from_utf8_lossy(l.as_bytes())));
+    let keeps_body = matches!(
+        status,
+        StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT
+    );
+    match location {
+        Some(location) if keeps_body => format!(
+            "HTTP {status}: redirect limit reached after {MAX_REDIRECTS} hops; the last pointed to {location} (point sink.url at the final address)"
+        ),
+        Some(location) => format!(
+            "HTTP {status}: the endpoint redirects writes to {location}; following a {} turns the POST into a GET, which writes nothing (point sink.url at the final address)",
+            status.as_u16()
+        ),
+        None => format!("HTTP {status}: a redirect to nowhere (no Location header)"),
+    }
 }
 
+/// The status and the start of the body. Secrets are masked in the whole body before it
+/// is cut: a secret the endpoint echoes must not survive as a fragment the mask misses.
 fn describe(status: StatusCode, body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(QUOTED_BODY)]);
-    let text = text.trim();
+    let text = crate::redact::redact(&String::from_utf8_lossy(body));
+    let cut = text
+        .char_indices()
+        .nth(QUOTED_BODY)
+        .map_or(text.len(), |(i, _)| i);
+    let text = text[..cut].trim();
     if text.is_empty() {
         format!("HTTP {status}")
     } else {
@@ -154,15 +176,20 @@ mod tests {
         ));
     }
 
+    /// A gateway with nothing behind it, a request timed out: never the records' fault.
     #[test]
-    fn transient_fatal_and_rejected() {
-        for code in [408, 500, 502, 504, 507, 599] {
+    fn outages_server_errors_fatal_and_rejected() {
+        for code in [408, 502, 504, 507, 520, 599] {
             assert!(
-                matches!(outcome(code, &[], ""), WriteOutcome::Transient(_)),
+                matches!(outcome(code, &[], ""), WriteOutcome::Unavailable(_)),
                 "{code}"
             );
         }
-        for code in [401, 403, 404, 405, 407, 501, 301, 302, 303, 307, 308] {
+        assert_eq!(
+            outcome(500, &[], "boom"),
+            WriteOutcome::ServerError("HTTP 500 Internal Server Error: boom".into())
+        );
+        for code in [401, 403, 404, 405, 407, 501, 505, 301, 302, 303, 307, 308] {
             assert!(
                 matches!(outcome(code, &[], ""), WriteOutcome::Fatal(_)),
                 "{code}"
@@ -193,11 +220,41 @@ mod tests {
             reason.contains("https://user:***@login.example/sso?next=/in"),
             "{reason}"
         );
+        assert!(reason.contains("turns the POST into a GET"), "{reason}");
         assert!(!reason.contains("s3cret"), "{reason}");
         let WriteOutcome::Fatal(reason) = outcome(301, &[], "") else {
             panic!()
         };
         assert!(reason.contains("no Location header"), "{reason}");
+    }
+
+    /// 307 and 308 are followed: one answered as the outcome is the one past the limit.
+    #[test]
+    fn a_307_past_the_hop_limit_says_so_and_where_it_pointed() {
+        let WriteOutcome::Fatal(reason) = outcome(307, &[("location", "/hop/4")], "") else {
+            panic!()
+        };
+        assert_eq!(
+            reason,
+            "HTTP 307 Temporary Redirect: redirect limit reached after 3 hops; the last pointed to /hop/4 (point sink.url at the final address)"
+        );
+        assert!(!reason.contains("is not written"), "{reason}");
+    }
+
+    #[test]
+    fn a_secret_echoed_across_the_cut_leaves_no_fragment() {
+        crate::redact::register_secret("Bearer tok-5e1f0a9b8c7d6e5f4a3b");
+        crate::redact::register_secret("tok-5e1f0a9b8c7d6e5f4a3b");
+        let body = format!(
+            "{}\"authorization\": \"Bearer tok-5e1f0a9b8c7d6e5f4a3b\"}}",
+            "x".repeat(170)
+        );
+        let WriteOutcome::Rejected { reason, .. } = outcome(422, &[], &body) else {
+            panic!()
+        };
+        // The token starts 5 characters before the cut: masked whole, nothing of it left.
+        assert!(!reason.contains("tok-"), "{reason}");
+        assert!(reason.contains("\"authorization\": \"***\"}"), "{reason}");
     }
 
     #[test]

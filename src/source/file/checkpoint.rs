@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::identity::FileId;
+use super::identity::{FINGERPRINT_BYTES, FileId};
+use super::locate::Wanted;
 use crate::source::SourceError;
 
 /// One file's acknowledged progress.
@@ -23,8 +24,28 @@ pub struct Entry {
     pub offset: u64,
     /// The line number at `offset`.
     pub line: u64,
-    /// Hash of the file's first `min(offset, 64 KiB)` bytes.
+    /// Bytes of the file's head the fingerprint covers: all that was read (up to 64 KiB)
+    /// and at least the first line seen, so that a file nothing was acknowledged from is
+    /// still told from another. Absent in checkpoints of earlier versions, which hashed
+    /// `min(offset, 64 KiB)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub covered: Option<u64>,
+    /// Hash of the file's first `covered` bytes.
     pub fingerprint: String,
+}
+
+impl Entry {
+    /// What a file must hold to be the one this entry describes.
+    pub fn wanted(&self) -> Wanted<'_> {
+        let covered = self
+            .covered
+            .unwrap_or_else(|| self.offset.min(FINGERPRINT_BYTES));
+        Wanted {
+            len: self.offset.max(covered),
+            covered,
+            fingerprint: &self.fingerprint,
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -115,6 +136,7 @@ mod tests {
             name: "in.ndjson".into(),
             offset: 120,
             line: 4,
+            covered: Some(120),
             fingerprint: "ab".into(),
         }
     }
@@ -148,9 +170,12 @@ mod tests {
             got,
             [Entry {
                 name: String::new(),
+                covered: None,
                 ..entry(None)
             }]
         );
+        let wanted = got[0].wanted();
+        assert_eq!((wanted.len, wanted.covered), (120, 120));
     }
 
     #[test]

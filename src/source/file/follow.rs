@@ -1,43 +1,57 @@
-//! Following the input path like `tail -F`: a rotation opens the new file behind the one
-//! being read, a truncation (copytruncate) reads the file again from its start after
-//! finishing the old content from its copy.
+//! Following the input path like `tail -F`: a rotation opens the new file beside the one
+//! being finished (both are read), a file cut short (copytruncate) is finished from its
+//! copy and read again from its start, and what a cut without a copy lost is reported.
 
 use std::path::Path;
 
 use tokio::time::Instant;
 
-use super::identity::{FileId, fingerprint};
+use super::identity::FileId;
 use super::locate::{Directory, Wanted};
-use super::rotation::{self, Change};
+use super::rotation;
 use super::{FileSource, named, open_with_head};
 use crate::source::SourceError;
 
+/// The counter of bytes written to a followed file and never read: it was cut before they
+/// were, and no copy of them was found.
+pub const LOST_BYTES: &str = "sluice_source_lost_bytes_total";
+
 impl FileSource {
-    /// Looks at the input path: a rotation opens the new file behind the one being read, a
-    /// truncation starts the file again. True if anything changed.
+    /// Looks at every file still read, then at the input path: a file cut short is
+    /// finished from its copy (the one at the path is read again from its start), and
+    /// another file at the path is read beside the one before it. True if anything
+    /// changed.
     pub(super) fn look_at_input(&mut self) -> Result<bool, SourceError> {
         let Some(path) = self.path.clone() else {
             return Ok(false);
         };
-        let last = self.segments.back().expect("the file at the path");
-        let Some(reading) = last.id else {
-            return Ok(false);
+        let mut changed = false;
+        let mut i = 0;
+        while i < self.segments.len() {
+            let s = &mut self.segments[i];
+            if !s.look().map_err(named(&s.path))? {
+                self.truncated(i, &path)?;
+                changed = true;
+            }
+            i += 1;
+        }
+        let Some(reading) = self.segments.back().and_then(|s| s.id) else {
+            return Ok(changed);
         };
         let at_path = match std::fs::metadata(&path) {
             Ok(m) => Some(FileId::of(&m)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(named(&path)(e)),
         };
-        let len = last.disk_len().map_err(named(&last.path))?.unwrap_or(0);
-        let head_intact = at_path != Some(reading) || last.head_intact().map_err(named(&path))?;
-        match rotation::classify(reading, last.consumed(), at_path, len, head_intact) {
-            Change::Unchanged => Ok(false),
-            Change::Rotated => self.rotated(&path),
-            Change::Truncated => self.truncated(&path, len),
+        if rotation::replaced(reading, at_path) {
+            changed |= self.rotated(&path)?;
         }
+        Ok(changed)
     }
 
-    /// The path names another file: read it once the one before is finished.
+    /// The path names another file: it is read from its start while the one before is
+    /// finished through the handle held on it. Records of the two interleave; each file's
+    /// own stay in order.
     fn rotated(&mut self, path: &Path) -> Result<bool, SourceError> {
         let Some((file, id, head)) = open_with_head(path)? else {
             return Ok(false);
@@ -48,14 +62,19 @@ impl FileSource {
             input: path,
             excluded: &excluded,
         };
+        let now_at = self
+            .segments
+            .back()
+            .and_then(|s| s.id)
+            .and_then(|old| dir.path_of(old).ok().flatten());
         let last = self.segments.back_mut().expect("the file at the path");
         last.superseded = true;
         last.last_growth = Instant::now();
-        if let Some(now_at) = last.id.and_then(|old| dir.path_of(old).ok().flatten()) {
+        if let Some(now_at) = now_at {
             last.renamed(now_at);
         }
         tracing::info!(
-            "{} was rotated: it names another file now ({id}); reading the old one ({}, {}) to its end until it stays unchanged for {:?} (source.rotate_wait), then the new one from its start",
+            "{} was rotated: it names another file now ({id}), read from its start; the old one ({}, {}) is read on to its end until it stays unchanged for {:?} (source.rotate_wait)",
             path.display(),
             last.path.display(),
             last.id.map_or(String::new(), |i| i.to_string()),
@@ -65,53 +84,77 @@ impl FileSource {
         Ok(true)
     }
 
-    /// The file at the path was cut short: its old content is finished from a copy if one
-    /// lies next to it, and the file is read again from its start.
-    fn truncated(&mut self, path: &Path, len: u64) -> Result<bool, SourceError> {
+    /// Segment `i`'s file was cut short: what was not read of it is finished from a copy
+    /// if one lies next to it (found by the content read or seen, whether or not reading
+    /// had begun), else what was lost is reported; the file at the path is then read again
+    /// from its start.
+    fn truncated(&mut self, i: usize, path: &Path) -> Result<(), SourceError> {
+        let claimed: Vec<FileId> = self.segments.iter().filter_map(|s| s.id).collect();
         let checkpoint = self.checkpoint.as_ref().expect("a file input");
         let excluded = |p: &Path| checkpoint.is_own(p);
         let dir = Directory {
             input: path,
             excluded: &excluded,
         };
-        let last = self.segments.back_mut().expect("the file at the path");
-        let read_to = last.consumed();
-        tracing::warn!(
-            "{} was truncated (copytruncate?): {len} bytes now, {read_to} were read; reading it again from its start",
-            path.display()
-        );
-        let known = read_to.max(last.head().len() as u64);
-        let fp = fingerprint(last.head(), known);
+        let at_path = i + 1 == self.segments.len();
+        let s = &self.segments[i];
+        let (old_id, read_to) = (s.id.expect("a file"), s.consumed());
+        let disk = s.disk().expect("a file on disk");
+        let seen = disk.seen();
+        let (covered, fingerprint) = disk.identity(read_to);
         let wanted = Wanted {
-            offset: known,
-            fingerprint: &fp,
+            len: read_to.max(covered),
+            covered,
+            fingerprint: &fingerprint,
         };
-        let old_id = last.id.expect("a file");
-        match dir.by_content(&wanted, &[old_id]).map_err(named(path))? {
+        tracing::warn!(
+            "{} was truncated (copytruncate?) or rewritten: {} bytes now, {seen} were seen, {read_to} read{}",
+            s.path.display(),
+            s.disk_len().ok().flatten().unwrap_or(0),
+            if at_path {
+                "; reading it again from its start"
+            } else {
+                ""
+            }
+        );
+        let copy = dir.by_content(&wanted, &claimed).map_err(named(path))?;
+        let s = &mut self.segments[i];
+        let lost = match copy {
             Some(copy) => {
+                let copy_len = copy.file.metadata().map_err(named(&copy.path))?.len();
                 tracing::info!(
-                    "finishing the content read from {} in its copy {} from byte {read_to}",
-                    path.display(),
+                    "finishing {} from its copy {} from byte {read_to}",
+                    s.path.display(),
                     copy.path.display()
                 );
                 let copy_path = copy.path.clone();
-                last.move_to(copy.file, copy.id, copy.path)
+                s.move_to(copy.file, copy.id, copy.path, copy.head)
                     .map_err(named(&copy_path))?;
-                last.superseded = true;
-                last.last_growth = Instant::now();
+                s.superseded = true;
+                s.last_growth = Instant::now();
+                (copy_len, seen)
             }
             None => {
-                tracing::warn!(
-                    "no copy of the old content of {} found next to it: lines written after its byte {read_to} before the truncation, if any, were not read",
-                    path.display()
-                );
-                last.abandon();
+                s.superseded = true;
+                s.cut_off()
             }
-        }
-        let Some((file, id, head)) = open_with_head(path)? else {
-            return Ok(true);
         };
-        self.push_file(file, id, path, head)?;
-        Ok(true)
+        if lost.1 > lost.0 {
+            let (from, to) = lost;
+            tracing::warn!(
+                "{}: bytes {from} to {to} ({} bytes) were written and not read before the truncation, and no copy next to it holds them (a file named like it with the same first bytes): they are lost; so is whatever was written after the last look at it and before the cut",
+                s.path.display(),
+                to - from
+            );
+            metrics::counter!(LOST_BYTES).increment(to - from);
+            self.lost_bytes += to - from;
+        }
+        if at_path
+            && let Some((file, id, head)) = open_with_head(path)?
+            && id == old_id
+        {
+            self.push_file(file, id, path, head)?;
+        }
+        Ok(())
     }
 }

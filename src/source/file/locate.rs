@@ -22,11 +22,19 @@ pub fn display_name(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-/// What is looked for: a file at least `offset` long whose first `min(offset, 64 KiB)`
-/// bytes hash to `fingerprint`.
+/// What is looked for: a file at least `len` long whose first `covered` bytes hash to
+/// `fingerprint`.
 pub struct Wanted<'a> {
-    pub offset: u64,
+    pub len: u64,
+    pub covered: u64,
     pub fingerprint: &'a str,
+}
+
+impl Wanted<'_> {
+    /// Whether a file `len` long starting with `head` holds the content wanted.
+    pub fn matches(&self, len: u64, head: &[u8]) -> bool {
+        len >= self.len && fingerprint(head, self.covered) == self.fingerprint
+    }
 }
 
 /// The input's directory, with the files that are never inputs (the checkpoint) left out.
@@ -55,13 +63,13 @@ impl Directory<'_> {
     /// A file named like the input (its name, or its name and a suffix: `in.ndjson.1`,
     /// `in.ndjson-20250101`) and not one of `exclude` that holds the content wanted: the
     /// input itself first, then the most recently modified. Content read so far is what
-    /// identifies it, so nothing is looked for before some of it was read.
+    /// identifies it, so nothing is looked for while none of it is known.
     pub fn by_content(
         &self,
         wanted: &Wanted,
         exclude: &[FileId],
     ) -> std::io::Result<Option<Found>> {
-        if wanted.offset == 0 {
+        if wanted.covered == 0 {
             return Ok(None);
         }
         let stem = display_name(self.input);
@@ -103,11 +111,11 @@ impl Directory<'_> {
 fn open_if(path: &Path, wanted: &Wanted) -> Option<Found> {
     let file = std::fs::File::open(path).ok()?;
     let meta = file.metadata().ok()?;
-    if meta.len() < wanted.offset {
+    if meta.len() < wanted.len {
         return None;
     }
     let head = read_head(&file).ok()?;
-    (fingerprint(&head, wanted.offset) == wanted.fingerprint).then(|| Found {
+    wanted.matches(meta.len(), &head).then(|| Found {
         path: path.to_path_buf(),
         id: FileId::of(&meta),
         file,
@@ -140,7 +148,8 @@ mod tests {
             .by_identity(
                 id,
                 &Wanted {
-                    offset: 2,
+                    len: 2,
+                    covered: 2,
                     fingerprint: &fp,
                 },
             )
@@ -150,7 +159,8 @@ mod tests {
         assert_eq!(found.head, b"a\nb\n");
         let other = fingerprint(b"x\n", 2);
         let wanted = Wanted {
-            offset: 2,
+            len: 2,
+            covered: 2,
             fingerprint: &other,
         };
         assert!(d.by_identity(id, &wanted).unwrap().is_none());
@@ -172,7 +182,8 @@ mod tests {
         };
         let fp = fingerprint(b"a\nb\n", 4);
         let wanted = Wanted {
-            offset: 4,
+            len: 4,
+            covered: 4,
             fingerprint: &fp,
         };
         let found = d.by_content(&wanted, &[id_of(&input)]).unwrap().unwrap();
@@ -183,14 +194,16 @@ mod tests {
         assert!(d.by_content(&wanted, &[copy]).unwrap().is_none());
         // Longer than any candidate: none.
         let long = Wanted {
-            offset: 7,
+            len: 7,
+            covered: 4,
             fingerprint: &fp,
         };
         assert!(d.by_content(&long, &[]).unwrap().is_none());
         // Nothing read yet: every file would match, so none is taken.
         let empty = fingerprint(b"", 0);
         let nothing = Wanted {
-            offset: 0,
+            len: 0,
+            covered: 0,
             fingerprint: &empty,
         };
         assert!(d.by_content(&nothing, &[]).unwrap().is_none());

@@ -1,5 +1,6 @@
-//! What became of the followed file, judged from a fresh look at the input path, and when
-//! a rotated-away file is finished. Pure: the caller looks at the disk and the clock.
+//! What became of a followed file, judged from a fresh look at the input path and at the
+//! file through its handle, and when a rotated-away file is finished. Pure: the caller
+//! looks at the disk and the clock.
 
 use std::time::Duration;
 
@@ -7,36 +8,19 @@ use tokio::time::Instant;
 
 use super::identity::FileId;
 
-/// What happened to the file being read at the input path since the last look.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    /// Same file, same or more content: keep reading it.
-    Unchanged,
-    /// The path names another file now (renamed away and recreated): finish the old one
-    /// through the handle we hold, then read the new one from its start.
-    Rotated,
-    /// Same file, but shorter than what was read or with another head (copytruncate):
-    /// its old content is gone from it; read it again from its start.
-    Truncated,
+/// Whether the input path names another file than the one read at it (renamed away and
+/// recreated): the old one is then finished through the handle held on it while the new
+/// one is read from its start. A missing path (between a rename and the new file's
+/// creation) is waited out.
+pub fn replaced(reading: FileId, at_path: Option<FileId>) -> bool {
+    at_path.is_some_and(|id| id != reading)
 }
 
-/// `reading`: the file read at the path; `consumed`: bytes of it read so far;
-/// `at_path`: what the path names now (None while it is missing, between a rename and
-/// the new file's creation); `len`: the length of `reading` now; `head_intact`: whether
-/// its first bytes are still the ones read.
-pub fn classify(
-    reading: FileId,
-    consumed: u64,
-    at_path: Option<FileId>,
-    len: u64,
-    head_intact: bool,
-) -> Change {
-    match at_path {
-        None => Change::Unchanged,
-        Some(id) if id != reading => Change::Rotated,
-        Some(_) if len < consumed || !head_intact => Change::Truncated,
-        Some(_) => Change::Unchanged,
-    }
+/// A file only grows: shorter than it was seen (`seen`), or with other first bytes than
+/// were read, it was cut (copytruncate, or rewritten), and what was not read of it is gone
+/// from it.
+pub fn cut(seen: u64, len: u64, head_intact: bool) -> bool {
+    len < seen || !head_intact
 }
 
 /// A rotated-away file is finished once it has been read to its end and has not grown for
@@ -55,31 +39,29 @@ mod tests {
 
     #[test]
     fn another_file_at_the_path_is_a_rotation() {
-        assert_eq!(classify(A, 500, Some(B), 500, true), Change::Rotated);
-        // Even when the new file is longer and its head looks the same.
-        assert_eq!(classify(A, 10, Some(B), 10_000, true), Change::Rotated);
+        assert!(replaced(A, Some(B)));
         // Same inode number on another device is another file.
-        let other_dev = FileId { dev: 2, ino: 10 };
-        assert_eq!(classify(A, 0, Some(other_dev), 0, true), Change::Rotated);
+        assert!(replaced(A, Some(FileId { dev: 2, ino: 10 })));
+        assert!(!replaced(A, Some(A)));
     }
 
     #[test]
     fn a_missing_path_is_waited_out() {
-        assert_eq!(classify(A, 500, None, 500, true), Change::Unchanged);
+        assert!(!replaced(A, None));
     }
 
     #[test]
-    fn shorter_than_read_or_another_head_is_a_truncation() {
-        assert_eq!(classify(A, 500, Some(A), 499, true), Change::Truncated);
-        assert_eq!(classify(A, 500, Some(A), 0, true), Change::Truncated);
-        // Rewritten past our offset before we looked again: only the head tells.
-        assert_eq!(classify(A, 500, Some(A), 800, false), Change::Truncated);
+    fn shorter_than_seen_or_another_head_is_a_cut() {
+        assert!(cut(500, 499, true));
+        assert!(cut(500, 0, true));
+        // Rewritten past what was seen before the next look: only the head tells.
+        assert!(cut(500, 800, false));
     }
 
     #[test]
-    fn growth_is_no_change() {
-        assert_eq!(classify(A, 500, Some(A), 500, true), Change::Unchanged);
-        assert_eq!(classify(A, 500, Some(A), 900, true), Change::Unchanged);
+    fn growth_is_no_cut() {
+        assert!(!cut(500, 500, true));
+        assert!(!cut(500, 900, true));
     }
 
     #[test]

@@ -1,20 +1,19 @@
-//! One input file as read and acknowledged: its open handle, the line splitting, the head
-//! bytes that fingerprint it, and the acknowledged prefix. A file rotated away stays a
-//! segment (handle open) until it is read to its end and every record of it is settled,
-//! so acknowledgements of two files can be in flight at once.
+//! One input file as read and acknowledged: its open handle, the line splitting, what is
+//! known of it on disk, and the acknowledged prefix. A file rotated away stays a segment
+//! (handle open) until it is read to its end and every record of it is settled, so
+//! acknowledgements of two files can be in flight at once.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::time::Instant;
 
 use super::checkpoint::Entry;
-use super::identity::{FINGERPRINT_BYTES, FileId, fingerprint};
+use super::identity::{FileId, fingerprint};
 use super::locate::display_name;
+use super::on_disk::OnDisk;
 use crate::record::{Position, Record};
 use crate::source::watermark::Watermark;
 
@@ -34,9 +33,9 @@ pub struct Segment {
     /// file after a rotation or a copytruncate): from its identity and first line, set
     /// once the first line is read. None for stdin.
     key_tag: Option<String>,
-    /// A second handle on the same open file, for its length and head (positional reads
-    /// that leave the reader's offset alone). None for stdin.
-    disk: Option<Arc<std::fs::File>>,
+    /// Its length, head and the longest it was seen, through a second handle. None for
+    /// stdin.
+    disk: Option<OnDisk>,
     reader: BufReader<Box<dyn AsyncRead + Unpin + Send>>,
     max_record_bytes: usize,
     /// Byte offset of the next unread line, and its 1-based number.
@@ -45,8 +44,6 @@ pub struct Segment {
     /// A line read only in part (no newline yet): its bytes (capped) and its full length.
     partial: Vec<u8>,
     partial_len: u64,
-    /// The file's first bytes (up to `FINGERPRINT_BYTES`) as read.
-    head: Vec<u8>,
     watermark: Watermark,
     /// Line number that follows each pulled span's end, to record in the checkpoint.
     line_after: BTreeMap<u64, u64>,
@@ -57,6 +54,9 @@ pub struct Segment {
     pub last_growth: Instant,
     /// Read to its end for good: nothing more will be pulled from it.
     pub done: bool,
+    /// The file was cut and no copy holds the rest of what was read: only the bytes
+    /// already read into memory are delivered, and nothing of it can be read again.
+    pub cut: bool,
     /// No line starting at or after this byte is read (`--until-empty`: the file's size
     /// when the run began). A line begun before it is read whole.
     pub limit: Option<u64>,
@@ -74,14 +74,13 @@ impl Segment {
         head: Vec<u8>,
         max_record_bytes: usize,
     ) -> std::io::Result<Self> {
-        let disk = Arc::new(file.try_clone()?);
+        let disk = OnDisk::new(&file, head)?;
         let reader = reader_at(file, offset)?;
         let name = display_name(&path);
         let mut s = Self::new(lane, reader, name, max_record_bytes, offset, line);
         s.path = path;
         s.id = Some(id);
         s.disk = Some(disk);
-        s.head = head;
         Ok(s)
     }
 
@@ -107,13 +106,13 @@ impl Segment {
             line,
             partial: Vec::new(),
             partial_len: 0,
-            head: Vec::new(),
             watermark: Watermark::new(offset),
             line_after: BTreeMap::new(),
             committed_line: line,
             superseded: false,
             last_growth: Instant::now(),
             done: false,
+            cut: false,
             limit: None,
         }
     }
@@ -125,59 +124,39 @@ impl Segment {
 
     /// Its length on disk now (through the open handle, wherever the file is named now).
     pub fn disk_len(&self) -> std::io::Result<Option<u64>> {
-        self.disk
-            .as_ref()
-            .map(|f| f.metadata().map(|m| m.len()))
-            .transpose()
+        self.disk.as_ref().map(OnDisk::len).transpose()
     }
 
-    /// Whether the file still starts with the bytes read from it.
-    pub fn head_intact(&self) -> std::io::Result<bool> {
-        let Some(file) = &self.disk else {
-            return Ok(true);
-        };
-        let mut now = vec![0u8; self.head.len()];
-        let mut got = 0;
-        while got < now.len() {
-            match file.read_at(&mut now[got..], got as u64)? {
-                0 => return Ok(false),
-                n => got += n,
-            }
+    /// What is known of the file on disk; None for stdin.
+    pub fn disk(&self) -> Option<&OnDisk> {
+        self.disk.as_ref()
+    }
+
+    /// Looks at the file again (see [`OnDisk::look`]): false if it was cut. A file cut
+    /// already, or read to its end for good, is not looked at.
+    pub fn look(&mut self) -> std::io::Result<bool> {
+        match &mut self.disk {
+            Some(disk) if !self.done && !self.cut => disk.look(),
+            _ => Ok(true),
         }
-        Ok(now == self.head)
     }
 
-    /// Records not yet read, counted by scanning the file from where reading stands
-    /// (positional reads: the reader's offset is left alone). None for stdin.
+    /// Records not yet read, counted from where reading stands. None for stdin.
     pub fn count_unread(&self) -> std::io::Result<Option<u64>> {
-        let Some(file) = &self.disk else {
-            return Ok(None);
-        };
-        let mut buf = vec![0u8; 1 << 20];
-        let mut at = self.consumed();
-        let (mut lines, mut blank) = (0u64, self.partial.iter().all(u8::is_ascii_whitespace));
-        loop {
-            let n = file.read_at(&mut buf, at)?;
-            if n == 0 {
-                break;
-            }
-            for &b in &buf[..n] {
-                if b == b'\n' {
-                    lines += u64::from(!blank);
-                    blank = true;
-                } else if !b.is_ascii_whitespace() {
-                    blank = false;
-                }
-            }
-            at += n as u64;
-        }
-        // A last line without a newline is a record too.
-        Ok(Some(lines + u64::from(!blank)))
+        self.count_from(self.offset)
     }
 
-    /// The first bytes read (for finding a copy of this content elsewhere).
-    pub fn head(&self) -> &[u8] {
-        &self.head
+    /// Records the next run will read from this file: from its acknowledged offset to its
+    /// end (none from a file whose content is gone). None for stdin.
+    pub fn count_unsettled(&self) -> std::io::Result<Option<u64>> {
+        if self.cut {
+            return Ok(Some(0));
+        }
+        self.count_from(self.watermark.committed())
+    }
+
+    fn count_from(&self, at: u64) -> std::io::Result<Option<u64>> {
+        self.disk.as_ref().map(|d| d.count_from(at)).transpose()
     }
 
     /// The file was renamed: name its records after where it is now.
@@ -187,14 +166,15 @@ impl Segment {
     }
 
     /// Continues this content from another file holding the same bytes (a copy made before
-    /// a truncation), at the byte where reading stopped.
+    /// a truncation, whose first bytes are `head`), at the byte where reading stopped.
     pub fn move_to(
         &mut self,
         file: std::fs::File,
         id: FileId,
         path: PathBuf,
+        head: Vec<u8>,
     ) -> std::io::Result<()> {
-        let disk = Arc::new(file.try_clone()?);
+        let disk = OnDisk::new(&file, head)?;
         self.reader = BufReader::with_capacity(256 * 1024, reader_at(file, self.consumed())?);
         self.disk = Some(disk);
         self.id = Some(id);
@@ -217,11 +197,8 @@ impl Segment {
             let newline = buf.iter().position(|&b| b == b'\n');
             let take = newline.map_or(buf.len(), |i| i + 1);
             let at = self.offset + self.partial_len;
-            let head_len = self.head.len() as u64;
-            if at <= head_len && head_len < FINGERPRINT_BYTES && at + take as u64 > head_len {
-                let from = (head_len - at) as usize;
-                let to = take.min((FINGERPRINT_BYTES - at) as usize);
-                self.head.extend_from_slice(&buf[from..to]);
+            if let Some(disk) = &mut self.disk {
+                disk.learn(at, &buf[..take]);
             }
             let room = (self.max_record_bytes + 1).saturating_sub(self.partial.len());
             let content = &buf[..newline.unwrap_or(buf.len())];
@@ -245,6 +222,23 @@ impl Segment {
         (self.partial_len > 0)
             .then(|| self.finish_line(false))
             .flatten()
+    }
+
+    /// The file was cut and no copy holds the rest of it: what was read into memory
+    /// already is still delivered, and nothing more. Returns where the last whole line in
+    /// hand ends and the longest the file was seen: the bytes between are lost (a line cut
+    /// in two among them, never delivered as a fragment).
+    pub fn cut_off(&mut self) -> (u64, u64) {
+        let in_hand = self.reader.buffer().to_vec();
+        let read_to = self.consumed() + in_hand.len() as u64;
+        let whole_to = match in_hand.iter().rposition(|&b| b == b'\n') {
+            Some(i) => self.consumed() + i as u64 + 1,
+            None => self.offset,
+        };
+        self.reader = BufReader::new(Box::new(std::io::Cursor::new(in_hand)));
+        self.cut = true;
+        let seen = self.disk.as_ref().map_or(0, OnDisk::seen);
+        (whole_to, seen.max(read_to))
     }
 
     /// Nothing more can be read from this file (its content is gone): a partial line is
@@ -300,13 +294,13 @@ impl Segment {
 
     fn key_tag(&mut self) -> Option<String> {
         if self.key_tag.is_none()
-            && let Some(id) = self.id
+            && let (Some(id), Some(disk)) = (self.id, &self.disk)
         {
-            let first = self
-                .head
+            let head = disk.head();
+            let first = head
                 .iter()
                 .position(|&b| b == b'\n')
-                .map_or(&self.head[..], |n| &self.head[..n]);
+                .map_or(head, |n| &head[..n]);
             let mut h = Sha256::new();
             h.update(id.dev.to_le_bytes());
             h.update(id.ino.to_le_bytes());
@@ -347,12 +341,17 @@ impl Segment {
     /// Its acknowledged progress, for the checkpoint.
     pub fn entry(&self) -> Entry {
         let offset = self.watermark.committed();
+        let (covered, fingerprint) = self
+            .disk
+            .as_ref()
+            .map_or_else(|| (0, fingerprint(&[], 0)), |d| d.identity(offset));
         Entry {
             file: self.id,
             name: self.name.clone(),
             offset,
             line: self.committed_line,
-            fingerprint: fingerprint(&self.head, offset),
+            covered: Some(covered),
+            fingerprint,
         }
     }
 }
@@ -455,7 +454,6 @@ mod tests {
         assert!(s.ack(got[0].position.start));
         // a, the blank line and b: the next line is 4 (c), at byte 5.
         assert_eq!((s.entry().offset, s.entry().line), (5, 4));
-        assert_eq!(s.entry().fingerprint, fingerprint(b"a\n\nb\n", 5));
         assert!(!s.settled());
         assert!(s.ack(got[2].position.start));
         assert!(s.settled());
@@ -471,12 +469,5 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert_eq!(got[1].payload, b"bb");
         assert_eq!(s.consumed(), 5);
-    }
-
-    #[tokio::test]
-    async fn keeps_the_head_it_read() {
-        let mut s = segment(b"x\ny\n", 100);
-        all(&mut s).await;
-        assert_eq!(s.head(), b"x\ny\n");
     }
 }

@@ -17,7 +17,7 @@ pub struct FileSettings {
     /// Where acknowledged progress is kept; default `<path>.sluice-checkpoint`.
     pub checkpoint: Option<PathBuf>,
     /// Following: how long a rotated-away file must stay unchanged, once read to its end,
-    /// before it counts as finished and the new file at `path` is read.
+    /// before it counts as finished (the new file at `path` is read meanwhile).
     #[schemars(with = "HumanDuration")]
     #[serde(default = "default_rotate_wait", with = "humantime_serde")]
     pub rotate_wait: Duration,

@@ -112,6 +112,19 @@ impl Assignment {
         self.bounded && !self.bounds.contains_key(&partition)
     }
 
+    /// Held partitions that still need their bound.
+    pub fn unbounded(&self) -> Vec<i32> {
+        if !self.bounded {
+            return Vec::new();
+        }
+        self.lanes
+            .iter()
+            .flatten()
+            .map(|(&p, _)| p)
+            .filter(|p| !self.bounds.contains_key(p))
+            .collect()
+    }
+
     /// `partition` stops at `end` for the rest of the run (held now or assigned later).
     pub fn set_bound(&mut self, partition: i32, end: u64) {
         self.bounds.insert(partition, end);
@@ -228,6 +241,16 @@ impl Assignment {
         }
     }
 
+    /// Every held partition's settled offset, where records were fetched from it: what a
+    /// final commit writes, whether or not an earlier commit seemed to.
+    pub fn settled_offsets(&self) -> Vec<(i32, u64)> {
+        self.lanes
+            .iter()
+            .flatten()
+            .filter_map(|(&p, lane)| Some((p, lane.watermark.as_ref()?.committed())))
+            .collect()
+    }
+
     /// Settled offsets the store does not hold yet.
     pub fn due(&self) -> Vec<(i32, u64)> {
         self.lanes
@@ -299,14 +322,16 @@ impl Assignment {
                 || now.saturating_duration_since(self.last_activity) >= quiet)
     }
 
-    /// Each held partition with its settled offset (None where unknown); None without an
-    /// assignment.
-    pub fn settled(&self) -> Option<Vec<(i32, Option<u64>)>> {
+    /// Each held partition with the offset the group's store holds, where a next run
+    /// resumes: what this run committed (or the offset it started from), else what the
+    /// client last reported, else the low watermark; None where unknown, and without an
+    /// assignment. Records settled and not committed are not counted as done.
+    pub fn committed_offsets(&self) -> Option<Vec<(i32, Option<u64>)>> {
         let lanes = self.lanes.as_ref()?;
         Some(
             lanes
                 .iter()
-                .map(|(&p, lane)| (p, lane.committed()))
+                .map(|(&p, lane)| (p, lane.stored.or(lane.reported_committed).or(lane.low)))
                 .collect(),
         )
     }

@@ -5,7 +5,9 @@
 
 pub mod assignment;
 pub mod backlog_scan;
+mod bounds;
 pub mod context;
+mod direct;
 mod leave;
 mod ready;
 pub mod settings;
@@ -41,6 +43,12 @@ const QUIET: Duration = Duration::from_millis(500);
 
 /// The longest closing the consumer (leaving the group) may hold the worker's exit.
 const LEAVE_WAIT: Duration = Duration::from_secs(10);
+/// How long the summary's count waits for the client's statistics (every second by
+/// default) to report a committed offset it has no other way to know.
+const STATS_WAIT: Duration = Duration::from_secs(2);
+/// How long a direct assignment waits at start for the first fetch of every partition,
+/// which carries its end (a healthy broker answers in milliseconds).
+const FIRST_FETCH_WAIT: Duration = Duration::from_secs(5);
 
 pub struct KafkaSource {
     consumer: DropWithin<StreamConsumer<GroupContext>>,
@@ -118,114 +126,6 @@ impl KafkaSource {
         })
     }
 
-    /// Stops each partition at its end offset as the broker reports it with the first
-    /// records fetched from it in this run (`--until-empty`): records produced later are
-    /// left for the next run, so a one-shot load ends even while producers outpace the
-    /// sink. The fetch's high watermark is used, not a ListOffsets answer, which some
-    /// brokers get wrong (Tansu answers one past the last batch's first offset).
-    pub fn bound_at_start(&mut self) {
-        lock(&self.assignment).bound_each_partition();
-    }
-
-    /// Takes `partition`'s bound if the run needs it and has none: the high watermark of
-    /// the latest fetch response, which librdkafka keeps (no request is made). `seen` is
-    /// an offset known to exist there.
-    fn take_bound(&self, partition: i32, seen: Option<u64>) {
-        if !lock(&self.assignment).wants_bound(partition) {
-            return;
-        }
-        let Some(high) = self.cached_high_watermark(partition) else {
-            return;
-        };
-        let end = seen.map_or(high, |offset| high.max(offset + 1));
-        tracing::info!(topic = %self.topic, partition, end, "reading the partition up to its end as of now; later records are left for the next run");
-        lock(&self.assignment).set_bound(partition, end);
-    }
-
-    /// The high watermark the last fetch response of `partition` carried.
-    fn cached_high_watermark(&self, partition: i32) -> Option<u64> {
-        let topic = std::ffi::CString::new(self.topic.as_str()).ok()?;
-        let (mut low, mut high) = (-1i64, -1i64);
-        // SAFETY: the client handle lives as long as `self.consumer`; librdkafka only
-        // reads the topic name and writes the two integers, without a network call.
-        let err = unsafe {
-            rdkafka::bindings::rd_kafka_get_watermark_offsets(
-                self.consumer.client().native_ptr(),
-                topic.as_ptr(),
-                partition,
-                &mut low,
-                &mut high,
-            )
-        };
-        if err != rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return None;
-        }
-        u64::try_from(high).ok()
-    }
-
-    /// Takes every partition of the topic by direct assignment, without joining the group
-    /// (a join costs seconds), from the group's committed offsets; commits still go to the
-    /// group, so a daemon started later resumes where this run stopped. Refused while the
-    /// group has an active member: both would read the same partitions.
-    pub fn assign_all(&mut self) -> Result<(), SourceError> {
-        let groups = self
-            .consumer
-            .fetch_group_list(Some(&self.group), METADATA_TIMEOUT)
-            .map_err(|e| fail(&format!("describing group {:?}", self.group), e))?;
-        if let Some(group) = groups.groups().iter().find(|g| g.name() == self.group)
-            && !group.members().is_empty()
-        {
-            let members: Vec<String> = group
-                .members()
-                .iter()
-                .map(|m| match (m.client_id(), m.client_host()) {
-                    ("", "") => m.id().to_string(),
-                    (client, host) => format!("{client} at {host}"),
-                })
-                .collect();
-            return Err(SourceError::Refused(format!(
-                "kafka: group {:?} has {} active member(s): {}; --direct-assignment would read their partitions beside them. Stop them first, or run without --direct-assignment to share the partitions through the group",
-                self.group,
-                members.len(),
-                members.join(", ")
-            )));
-        }
-        let partitions: Vec<i32> =
-            (0..i32::try_from(self.partitions).unwrap_or(i32::MAX)).collect();
-        let mut list = rdkafka::TopicPartitionList::with_capacity(partitions.len());
-        for &p in &partitions {
-            list.add_partition_offset(&self.topic, p, rdkafka::Offset::Stored)
-                .map_err(|e| fail("assign", e))?;
-        }
-        self.consumer
-            .assign(&list)
-            .map_err(|e| fail("cannot assign the partitions", e))?;
-        lock(&self.assignment).assign(&partitions, Instant::now());
-        self.subscribed = true;
-        tracing::info!(
-            topic = %self.topic,
-            group = %self.group,
-            "reading all {} partitions by direct assignment (no group join); offsets are committed to the group",
-            partitions.len()
-        );
-        Ok(())
-    }
-
-    /// Stops fetching partitions read up to their bound.
-    fn pause_finished(&self) {
-        let done = lock(&self.assignment).to_pause();
-        if done.is_empty() {
-            return;
-        }
-        let mut list = rdkafka::TopicPartitionList::new();
-        for p in &done {
-            list.add_partition(&self.topic, *p);
-        }
-        if let Err(e) = self.consumer.pause(&list) {
-            tracing::debug!("kafka: pausing {done:?}: {e}");
-        }
-    }
-
     /// Joins the group at the first pull, not at open: `sluice check` opens the source
     /// too, and a member that joins and leaves would make the group's live workers
     /// rebalance.
@@ -285,12 +185,17 @@ impl KafkaSource {
     }
 
     /// Commits the settled offsets the store lacks: asynchronously and at most every
-    /// `COMMIT_EVERY` while running, synchronously when `final_commit`.
+    /// `COMMIT_EVERY` while running; synchronously when `final_commit`, every settled
+    /// offset (an async commit that seemed to land may not have).
     fn commit(&mut self, final_commit: bool) -> Result<(), SourceError> {
         if !final_commit && self.committed_at.elapsed() < COMMIT_EVERY {
             return Ok(());
         }
-        let due = lock(&self.assignment).due();
+        let due = if final_commit {
+            lock(&self.assignment).settled_offsets()
+        } else {
+            lock(&self.assignment).due()
+        };
         if due.is_empty() {
             return Ok(());
         }
@@ -306,11 +211,35 @@ impl KafkaSource {
                 lock(&self.assignment).stored(&due);
                 Ok(())
             }
-            Err(e) if final_commit => Err(fail("final offset commit failed", e)),
+            Err(e) if final_commit => {
+                let partitions: Vec<i32> = due.iter().map(|(p, _)| *p).collect();
+                lock(&self.assignment).commit_failed(&partitions);
+                Err(fail("final offset commit failed", e))
+            }
             Err(e) => {
                 tracing::warn!("offset commit failed, will retry: {e}");
                 Ok(())
             }
+        }
+    }
+
+    /// The group's committed offset of every held partition (see
+    /// [`Assignment::committed_offsets`]). A partition nothing was fetched from in this
+    /// run (a short one) has it only in the client's statistics, which come every
+    /// `statistics.interval.ms`: the consumer's events are served for up to `STATS_WAIT`
+    /// until they have.
+    async fn committed_offsets(&mut self) -> Option<Vec<(i32, Option<u64>)>> {
+        let deadline = tokio::time::Instant::now() + STATS_WAIT;
+        loop {
+            let held = lock(&self.assignment).committed_offsets()?;
+            if held.iter().all(|(_, c)| c.is_some()) || tokio::time::Instant::now() >= deadline {
+                return Some(held);
+            }
+            // Fetched messages met on the way are dropped: nothing more is taken.
+            let mut stream = self.consumer.stream();
+            while ready_now(&mut stream).is_some() {}
+            drop(stream);
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -349,6 +278,7 @@ impl Source for KafkaSource {
     async fn pull(&mut self, max: usize) -> Result<Pulled, SourceError> {
         self.subscribe()?;
         self.commit(false)?;
+        self.take_bounds();
         let mut epoch = lock(&self.assignment).epoch();
         let mut records = Vec::with_capacity(max.min(4096));
         if let Some((record, fetched_in)) = self.lookahead.take()
@@ -418,6 +348,7 @@ impl Source for KafkaSource {
     async fn watch(&mut self) -> Result<bool, SourceError> {
         self.subscribe()?;
         self.commit(false)?;
+        self.take_bounds();
         if self.lookahead.is_none() {
             let mut stream = self.consumer.stream();
             while let Some(next) = ready_now(&mut stream) {
@@ -490,11 +421,12 @@ impl Source for KafkaSource {
         }
     }
 
-    /// Σ (end offset now − settled offset) over the partitions held at the end. The end
-    /// is the larger of the broker's ListOffsets answer (current, but too low on some
-    /// brokers) and the last fetch's high watermark (right, but as of the last fetch).
+    /// What the next run reads: Σ (end offset now − committed offset) over the partitions
+    /// held at the end, so records pulled and never written count. The end is the larger
+    /// of the broker's ListOffsets answer (current, but too low on some brokers) and the
+    /// last fetch's high watermark (right, but as of the last fetch).
     async fn remaining(&mut self) -> Option<u64> {
-        let held = lock(&self.assignment).settled()?;
+        let held = self.committed_offsets().await?;
         let mut total = 0;
         for (partition, settled) in held {
             let listed = self

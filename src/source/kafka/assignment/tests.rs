@@ -151,7 +151,27 @@ fn a_bound_stops_each_partition_without_waiting_for_quiet() {
         a.caught_up(t0, QUIET),
         "every partition at its bound: no quiet spell"
     );
-    assert_eq!(a.settled(), Some(vec![(0, Some(3)), (1, None)]));
+    assert_eq!(
+        a.committed_offsets(),
+        Some(vec![(0, Some(1)), (1, None)]),
+        "settled is not committed: a next run resumes where this one started"
+    );
+    assert_eq!(
+        a.settled_offsets(),
+        vec![(0, 3)],
+        "what the final commit writes"
+    );
+    a.stored(&a.settled_offsets());
+    assert_eq!(a.committed_offsets(), Some(vec![(0, Some(3)), (1, None)]));
+}
+
+#[test]
+fn partitions_without_a_bound_are_listed_for_their_first_fetch() {
+    let (mut a, _) = held(&[0, 1, 2]);
+    assert!(a.unbounded().is_empty(), "a run without bounds wants none");
+    a.bound_each_partition();
+    a.set_bound(1, 7);
+    assert_eq!(a.unbounded(), vec![0, 2]);
 }
 
 #[test]
