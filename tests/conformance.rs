@@ -20,6 +20,8 @@ mod mapped;
 mod mapped_mysql;
 #[path = "conformance/mapped_postgres.rs"]
 mod mapped_postgres;
+#[path = "conformance/mapped_values.rs"]
+mod mapped_values;
 #[path = "conformance/run.rs"]
 mod run;
 #[path = "conformance/ties.rs"]

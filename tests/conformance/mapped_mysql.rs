@@ -9,10 +9,8 @@ use chrono::{NaiveDateTime, NaiveTime};
 use serde_json::Value;
 
 use super::drivers::{Driver, Mysql, block_on, depth, mysql_url};
-use super::mapped::{
-    Column, Fate, Mapped, Want, conformance, fits_decimal, float_of, instant_of, integer_of,
-    number_in,
-};
+use super::mapped::{Column, Fate, Mapped, Want, conformance};
+use super::mapped_values::{fits_decimal, float_of, instant_of, integer_of, number_in};
 
 pub enum My {
     Int(i128, i128),

@@ -8,10 +8,8 @@
 use serde_json::Value;
 
 use super::drivers::{Driver, Postgres, block_on, has_nul, pg_url};
-use super::mapped::{
-    Column, Fate, Mapped, Want, conformance, fits_decimal, float_of, instant_of, integer_of,
-    time_of,
-};
+use super::mapped::{Column, Fate, Mapped, Want, conformance};
+use super::mapped_values::{fits_decimal, float_of, instant_of, integer_of, time_of};
 
 pub enum Pg {
     Int(i128, i128),
