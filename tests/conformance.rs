@@ -16,6 +16,12 @@ mod drivers;
 mod expect;
 #[path = "conformance/mapped.rs"]
 mod mapped;
+#[path = "conformance/mapped_mysql.rs"]
+mod mapped_mysql;
+#[path = "conformance/mapped_postgres.rs"]
+mod mapped_postgres;
+#[path = "conformance/mapped_values.rs"]
+mod mapped_values;
 #[path = "conformance/run.rs"]
 mod run;
 #[path = "conformance/ties.rs"]

@@ -3,6 +3,7 @@
 //! split the batch, or dead-letter — and acknowledge only what is durably written.
 
 pub mod balanced;
+pub mod column_fit;
 pub mod columns;
 pub mod dead_letters;
 pub mod discovery;

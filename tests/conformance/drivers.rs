@@ -62,7 +62,7 @@ pub fn depth(v: &Value) -> usize {
     }
 }
 
-fn has_nul(v: &Value) -> bool {
+pub fn has_nul(v: &Value) -> bool {
     match v {
         Value::String(s) => s.contains('\0'),
         Value::Array(a) => a.iter().any(has_nul),

@@ -98,7 +98,10 @@ impl Workdir {
     }
 }
 
-/// A count from the summary (0 when absent).
+/// A count from the summary; one it lacks fails the test (a renamed count would
+/// otherwise read as 0 and pass every check that expects none).
 pub fn count(summary: &serde_json::Value, name: &str) -> u64 {
-    summary[name].as_u64().unwrap_or(0)
+    summary[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no count {name:?} in the summary: {summary}"))
 }

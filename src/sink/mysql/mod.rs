@@ -4,7 +4,7 @@
 //! wait, retry, split or stop.
 
 pub mod check;
-mod datetime;
+pub mod column;
 mod dead_letters;
 pub mod errno;
 pub mod mapping;

@@ -294,6 +294,12 @@ pub(super) fn mapped_object(
     columns: &[MappedColumn],
     coerce: Coerce,
 ) -> Result<Value, String> {
+    // The row travels as jsonb, which cannot hold it: the whole batch would fail.
+    if row.key.contains('\0') {
+        return Err(format!(
+            "the key for column {key_column} holds \\u0000 (0x00), which PostgreSQL's text cannot"
+        ));
+    }
     let payload: Value = serde_json::from_str(&row.payload).unwrap_or(Value::Null);
     let mut object = Map::with_capacity(columns.len() + 1);
     object.insert(key_column.to_string(), Value::String(row.key.clone()));
@@ -329,7 +335,11 @@ mod tests {
             &*copy,
             "COPY \"ingest\".\"records\" (key, payload, source) FROM STDIN"
         );
-        let columns = vec![column("amount", "/amount", ColumnKind::Number)];
+        let columns = vec![column(
+            "amount",
+            "/amount",
+            ColumnKind::Numeric { digits: None },
+        )];
         let mapped = Layout::mapped("\"public\".\"money\"", "order_id", columns, Coerce::Strict);
         assert_eq!(
             mapped.statement(),
@@ -391,9 +401,9 @@ mod tests {
             ..Default::default()
         };
         let columns = vec![
-            column("amount", "/o/amount", ColumnKind::Number),
-            column("note", "/note", ColumnKind::Text),
-            column("missing", "/nope", ColumnKind::Text),
+            column("amount", "/o/amount", ColumnKind::Numeric { digits: None }),
+            column("note", "/note", ColumnKind::Text(Default::default())),
+            column("missing", "/nope", ColumnKind::Text(Default::default())),
             column("doc", "", ColumnKind::Json),
         ];
         let object = mapped_object(&row, "order_id", &columns, Coerce::Strict).unwrap();
@@ -406,6 +416,12 @@ mod tests {
             object["doc"]["big"].to_string(),
             "123456789012345678901234567890"
         );
+        let nul = Row {
+            key: "a\0b".into(),
+            ..row
+        };
+        let e = mapped_object(&nul, "order_id", &columns, Coerce::Strict).unwrap_err();
+        assert!(e.contains("column order_id holds \\u0000 (0x00)"), "{e}");
     }
 
     #[test]

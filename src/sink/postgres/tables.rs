@@ -228,8 +228,9 @@ pub(super) struct Inspected {
     pub(super) kinds: std::collections::HashMap<String, ColumnKind>,
 }
 
-/// A column's name, its type's name and category, and for an array its element's.
-type Attribute = (String, String, String, Option<String>, Option<String>);
+/// A column's name, its type's name and category, its type modifier, and for an array
+/// its element's name and category.
+type Attribute = (String, String, String, i32, Option<String>, Option<String>);
 
 /// Checks that an existing table can take mapped rows: it exists, every column exists,
 /// and the key column carries a unique index (or `ON CONFLICT` would fail every batch).
@@ -241,7 +242,7 @@ pub(super) async fn inspect(
 ) -> Result<Inspected, String> {
     let quoted = quote(table);
     let attributes: Vec<Attribute> = sqlx::query_as(
-        "SELECT a.attname::text, t.typname::text, t.typcategory::text, \
+        "SELECT a.attname::text, t.typname::text, t.typcategory::text, a.atttypmod, \
                     e.typname::text, e.typcategory::text \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' \
@@ -292,10 +293,15 @@ pub(super) async fn inspect(
     let ident = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
     let kinds = attributes
         .into_iter()
-        .map(|(column, typname, category, element, element_category)| {
-            let element = element.as_deref().zip(element_category.as_deref());
-            (column, ColumnKind::from_pg(&typname, &category, element))
-        })
+        .map(
+            |(column, typname, category, typmod, element, element_category)| {
+                let element = element.as_deref().zip(element_category.as_deref());
+                (
+                    column,
+                    ColumnKind::from_pg(&typname, &category, typmod, element),
+                )
+            },
+        )
         .collect();
     Ok(Inspected {
         qualified: format!("{}.{}", ident(&schema), ident(&name)),
@@ -312,7 +318,7 @@ pub(super) fn guard_columns(
 ) -> Result<(), String> {
     if !matches!(
         table.kinds[version],
-        ColumnKind::Number | ColumnKind::Integer { .. }
+        ColumnKind::Numeric { .. } | ColumnKind::Integer { .. }
     ) {
         return Err(format!(
             "sink.version_column {version:?} must be numeric or an integer type (timestamps are kept as nanoseconds since the epoch, Kafka offsets as they are)"
