@@ -166,9 +166,14 @@ impl ScratchServer {
     pub async fn create_with(options: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let datadir = dir.path().join("data");
+        // Its own temporary directory: bootstraps and servers running side by side in /tmp
+        // have been seen to lose each other's temporary tables (error 1051 at install).
+        let tmpdir = dir.path().join("tmp");
+        std::fs::create_dir(&tmpdir).unwrap();
         let out = std::process::Command::new("mariadb-install-db")
             .args(Self::OPTIONS)
             .arg(format!("--datadir={}", datadir.display()))
+            .arg(format!("--tmpdir={}", tmpdir.display()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
             .output()
             .expect("mariadb-install-db (scripts/services.sh installs MariaDB)");
@@ -213,6 +218,7 @@ impl ScratchServer {
             std::process::Command::new(mariadbd)
                 .args(Self::OPTIONS)
                 .arg(format!("--datadir={}", dir.join("data").display()))
+                .arg(format!("--tmpdir={}", dir.join("tmp").display()))
                 .arg(format!("--port={}", self.port))
                 .arg(format!("--socket={}", dir.join("sock").display()))
                 .arg(format!("--pid-file={}", dir.join("pid").display()))
