@@ -20,19 +20,19 @@ use futures::stream::FuturesUnordered;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::backpressure::Backpressure;
 use crate::control::cadence::Cadence;
-use crate::control::limit::gate::LimitGate;
 use crate::control::target_rate::TargetRate;
 use crate::decode::Decoder;
-use crate::delivery::{Batch, Delivery, FatalSinkError, row_bytes};
 use crate::health::{Critical, Health, Verdict};
 use crate::record::Position;
 use crate::shutdown::Shutdown;
 use crate::sink::Sink;
 use crate::source::{Source, SourceError};
 use crate::stats::{Stats, Summary};
-use crate::write_path::WritePath;
+use crate::write::WritePath;
+use crate::write::backpressure::Backpressure;
+use crate::write::delivery::{Batch, Delivery, FatalSinkError, row_bytes};
+use crate::write::limit_gate::LimitGate;
 use key_order::KeyOrder;
 mod key_order;
 

@@ -31,7 +31,7 @@ use sluice::sim_sink::overload::{Action, Answer, Overload};
 use sluice::sink::{Sink, WriteOutcome};
 use sluice::source::{Backlog, Pulled, Source, SourceError};
 use sluice::stats::Stats;
-use sluice::write_path::{WritePath, WriteSettings};
+use sluice::write::{WritePath, WriteSettings};
 use tokio::time::Instant;
 
 /// Endless records, one per request.

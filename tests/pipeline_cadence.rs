@@ -17,7 +17,7 @@ use sluice::shutdown;
 use sluice::sink::{Sink, WriteOutcome};
 use sluice::source::{Backlog, Pulled, Source, SourceError};
 use sluice::stats::Stats;
-use sluice::write_path::{WritePath, WriteSettings};
+use sluice::write::{WritePath, WriteSettings};
 use tokio::time::Instant;
 
 struct CountingSource {

@@ -17,7 +17,7 @@ use crate::lease::LeaseStore;
 use crate::pipeline::{Pipeline, RunOptions};
 use crate::progress::Progress;
 use crate::stats::{Stats, Summary};
-use crate::write_path::{WritePath, WriteSettings};
+use crate::write::{WritePath, WriteSettings};
 use crate::{shutdown, sink, source};
 
 #[derive(Debug, Args)]
