@@ -15,8 +15,8 @@ use sluice::config::{
     Backoffs, ConcurrencyAlgorithm, ConcurrencyConfig, RateConfig, RetryConfig, ThrottleConfig,
 };
 use sluice::control::cadence::Cadence;
-use sluice::control::clock::TokioClock;
 use sluice::control::target_rate::TargetRate;
+use sluice::pipeline::clock::TokioClock;
 use sluice::stats::Stats;
 use sluice::telemetry::metrics::{REQUESTS, WRITE_SECONDS};
 use sluice::write::backpressure::Backpressure;

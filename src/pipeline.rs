@@ -33,7 +33,9 @@ use crate::write::WritePath;
 use crate::write::backpressure::Backpressure;
 use crate::write::delivery::{Batch, Delivery, FatalSinkError, row_bytes};
 use crate::write::limit_gate::LimitGate;
+use clock::TokioClock;
 use key_order::KeyOrder;
+pub mod clock;
 mod key_order;
 
 /// A free slot waiting for the bucket to refill looks again this soon at the earliest: a
@@ -83,7 +85,7 @@ pub struct Pipeline {
     source: Box<dyn Source>,
     sink: Arc<dyn Sink>,
     decoder: Decoder,
-    cadence: Cadence,
+    cadence: Cadence<TokioClock>,
     target_rate: TargetRate,
     delivery: Arc<Delivery>,
     pressure: Arc<Backpressure>,
@@ -105,7 +107,7 @@ impl Pipeline {
     pub fn new(
         source: Box<dyn Source>,
         decoder: Decoder,
-        cadence: Cadence,
+        cadence: Cadence<TokioClock>,
         write_path: WritePath,
         stats: Arc<Stats>,
         options: RunOptions,
