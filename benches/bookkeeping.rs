@@ -11,16 +11,16 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use governor::clock::{Clock, FakeRelativeClock};
-use sluice::backpressure::Backpressure;
 use sluice::config::{
     Backoffs, ConcurrencyAlgorithm, ConcurrencyConfig, RateConfig, RetryConfig, ThrottleConfig,
 };
 use sluice::control::cadence::Cadence;
-use sluice::control::clock::TokioClock;
-use sluice::control::limit::gate::LimitGate;
 use sluice::control::target_rate::TargetRate;
+use sluice::pipeline::clock::TokioClock;
 use sluice::stats::Stats;
 use sluice::telemetry::metrics::{REQUESTS, WRITE_SECONDS};
+use sluice::write::backpressure::Backpressure;
+use sluice::write::limit_gate::LimitGate;
 
 const TICK: Duration = Duration::from_millis(200);
 const MAX_BATCH: u64 = 1000;

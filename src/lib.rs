@@ -3,13 +3,11 @@
 //! acknowledges only what is durably written or dead-lettered.
 
 pub mod atomic_f64;
-pub mod backpressure;
 pub mod check;
 pub mod cli;
 pub mod config;
 pub mod control;
 pub mod decode;
-pub mod delivery;
 #[doc(hidden)]
 pub mod fuzz_targets;
 pub mod health;
@@ -30,4 +28,4 @@ pub mod source;
 pub mod stats;
 pub mod telemetry;
 pub mod tls;
-pub mod write_path;
+pub mod write;

@@ -20,10 +20,10 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use sluice::config::{ConcurrencyAlgorithm, ConcurrencyConfig, RateConfig};
 use sluice::control::cadence::Cadence;
-use sluice::control::clock::TokioClock;
 use sluice::control::limit::ConcurrencyLimit;
 use sluice::control::limit::vegas::VegasLimit;
 use sluice::decode::Decoder;
+use sluice::pipeline::clock::TokioClock;
 use sluice::pipeline::{Pipeline, RunOptions};
 use sluice::record::{DeadLetter, Position, Record, Row};
 use sluice::shutdown;
@@ -31,7 +31,7 @@ use sluice::sim_sink::overload::{Action, Answer, Overload};
 use sluice::sink::{Sink, WriteOutcome};
 use sluice::source::{Backlog, Pulled, Source, SourceError};
 use sluice::stats::Stats;
-use sluice::write_path::{WritePath, WriteSettings};
+use sluice::write::{WritePath, WriteSettings};
 use tokio::time::Instant;
 
 /// Endless records, one per request.

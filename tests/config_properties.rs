@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use governor::clock::FakeRelativeClock;
-use sluice::backpressure::Backpressure;
 use sluice::config::{Config, Overrides};
 use sluice::control::cadence::Cadence;
 use sluice::control::lease_table::{LeaseTable, PoolDefinition, WorkerLimits};
 use sluice::stats::Stats;
+use sluice::write::backpressure::Backpressure;
 
 #[derive(Clone, Copy)]
 enum Type {

@@ -1,7 +1,10 @@
-//! The crate's top-level modules import one another without a circle: `config` composes
-//! the settings the sources and sinks own, and no source, sink or control module reaches
-//! back into it. Read from the source text (`crate::module` paths outside comments and
-//! test modules), so a new import that closes a circle fails here with the files named.
+//! The crate's layout rules, read from the source text (outside comments and test
+//! modules), so a change that breaks one fails here with the files named:
+//! - the top-level modules import one another without a circle (`crate::module` paths):
+//!   `config` composes the settings the sources and sinks own, and no source, sink or
+//!   control module reaches back into it;
+//! - nothing under `src/control/` reads a clock: its state machines take the time as an
+//!   argument or from an injected clock, so their tests need no sleeping.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -153,4 +156,105 @@ fn no_two_top_level_modules_import_each_other_in_a_circle() {
         }
     }
     assert!(circles.is_empty(), "{}", circles.join("\n\n"));
+}
+
+/// What reads the time or waits on it. `tokio::time::Instant` as a type is not among them:
+/// a state machine is handed one. The calls that start with a name match only as a whole
+/// name (`sleep(`, not `fn nap_sleep(`).
+const CLOCK_READS: &[&str] = &[
+    "Instant::now",
+    "SystemTime::now",
+    "Utc::now",
+    "Local::now",
+    "now_utc(",
+    ".elapsed(",
+    "sleep(",
+    "sleep_until(",
+    "interval(",
+    "interval_at(",
+    "timeout(",
+    "timeout_at(",
+    "std::time::Instant",
+    "DefaultClock",
+    "MonotonicClock",
+    "SystemClock",
+    "QuantaClock",
+    "QuantaUpkeepClock",
+    "quanta::",
+];
+
+/// Each clock read in `code`: the pattern, and the line it is on.
+fn clock_reads(code: &str) -> Vec<String> {
+    let name_char = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut reads = Vec::new();
+    for line in code.lines() {
+        for pattern in CLOCK_READS {
+            let whole_name = pattern.starts_with(name_char);
+            let found = line
+                .match_indices(pattern)
+                .any(|(i, _)| !whole_name || !line[..i].ends_with(name_char));
+            if found {
+                reads.push(format!("{pattern:?} in `{}`", line.trim()));
+            }
+        }
+        // `use std::time::{Duration, Instant};`: std's `Instant` exists only as a reading.
+        if let Some(start) = line.find("std::time::{") {
+            let group = &line[start..];
+            let group = &group[..group.find('}').unwrap_or(group.len())];
+            if group
+                .split(|c: char| !name_char(c))
+                .any(|name| name == "Instant")
+            {
+                reads.push(format!("std's Instant in `{}`", line.trim()));
+            }
+        }
+    }
+    reads
+}
+
+#[test]
+fn nothing_under_control_reads_a_clock() {
+    let files = files_of("control");
+    assert!(files.len() > 20, "found only {files:?}");
+    let mut reads = Vec::new();
+    for file in &files {
+        for read in clock_reads(&shipped_code(file)) {
+            reads.push(format!("{}: {read}", file.display()));
+        }
+    }
+    assert!(
+        reads.is_empty(),
+        "src/control/ takes the time as an argument (or from an injected clock); move what \
+         reads or waits on a clock to write/ or pipeline/:\n{}",
+        reads.join("\n")
+    );
+}
+
+#[test]
+fn the_clock_check_sees_each_way_of_reading_one() {
+    for code in [
+        "let started = Instant::now();",
+        "let at = tokio::time::Instant::now() + wait;",
+        "let stamp = SystemTime::now();",
+        "if began.elapsed() >= after {",
+        "tokio::time::sleep(wait).await;",
+        "sleep_until(deadline).await;",
+        "let mut ticker = tokio::time::interval_at(start, tick);",
+        "let _ = timeout(wait, write).await;",
+        "use std::time::{Duration, Instant};",
+        "fn at(t: std::time::Instant) {}",
+        "type Bucket = RateLimiter<NotKeyed, InMemoryState, DefaultClock>;",
+    ] {
+        assert!(!clock_reads(code).is_empty(), "not seen: {code}");
+    }
+    for code in [
+        "pub fn update(&mut self, in_flight: usize, now: Instant) {",
+        "use tokio::time::Instant;",
+        "let elapsed = now.saturating_duration_since(self.stamp);",
+        "fn may_sleep(&self) -> bool {",
+        "use std::time::{Duration, SystemTime};",
+        "pub fn from_headers(headers: &HeaderMap, now: SystemTime) {}",
+    ] {
+        assert_eq!(clock_reads(code), Vec::<String>::new(), "{code}");
+    }
 }

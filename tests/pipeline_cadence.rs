@@ -9,15 +9,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice::config::ConcurrencyConfig;
 use sluice::control::cadence::Cadence;
-use sluice::control::clock::TokioClock;
 use sluice::decode::Decoder;
+use sluice::pipeline::clock::TokioClock;
 use sluice::pipeline::{Pipeline, RunOptions};
 use sluice::record::{DeadLetter, Position, Record, Row};
 use sluice::shutdown;
 use sluice::sink::{Sink, WriteOutcome};
 use sluice::source::{Backlog, Pulled, Source, SourceError};
 use sluice::stats::Stats;
-use sluice::write_path::{WritePath, WriteSettings};
+use sluice::write::{WritePath, WriteSettings};
 use tokio::time::Instant;
 
 struct CountingSource {
@@ -408,4 +408,29 @@ async fn freed_slots_are_refilled_at_once_while_tokens_allow() {
         windows[1..windows.len() - 1].iter().all(|&n| n == 60),
         "{windows:?}"
     );
+}
+
+/// A slot that frees while the bucket is short of a batch is filled as the bucket refills,
+/// not at the next tick: at 1,000 rec/s, batches of 10 and 2 slots, a batch goes every
+/// 10 ms (waiting for the tick sent each tick's 200 records in the same instant, 20
+/// batches at once).
+#[tokio::test(start_paused = true)]
+async fn a_slot_waiting_for_the_bucket_is_filled_as_it_refills() {
+    let (p, sink, acked) = pipeline(1_000.0, 2_000, Duration::ZERO, 2, 10);
+    let started = Instant::now();
+    let summary = p.run(shutdown::channel().1).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(summary.written, 2_000);
+    assert_eq!(acked.load(Ordering::SeqCst), 2_000);
+    assert!(
+        took >= Duration::from_millis(1_900) && took <= Duration::from_millis(2_300),
+        "took {took:?}"
+    );
+    let writes = sink.writes.lock().unwrap();
+    let mut at_once = std::collections::BTreeMap::<Duration, usize>::new();
+    for (at, _) in writes.iter() {
+        *at_once.entry(*at).or_default() += 1;
+    }
+    let most = at_once.values().max().copied().unwrap_or(0);
+    assert!(most <= 2, "{most} writes in one instant: {at_once:?}");
 }

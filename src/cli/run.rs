@@ -10,14 +10,14 @@ use super::leases::{join_pool, lease_keeper};
 use super::{ConfigArgs, EXIT_CONFIG, EXIT_RUNTIME, load};
 use crate::config::{Config, Overrides};
 use crate::control::cadence::Cadence;
-use crate::control::clock::TokioClock;
 use crate::control::lease_table::PoolDefinition;
 use crate::decode::Decoder;
 use crate::lease::LeaseStore;
+use crate::pipeline::clock::TokioClock;
 use crate::pipeline::{Pipeline, RunOptions};
 use crate::progress::Progress;
 use crate::stats::{Stats, Summary};
-use crate::write_path::{WritePath, WriteSettings};
+use crate::write::{WritePath, WriteSettings};
 use crate::{shutdown, sink, source};
 
 #[derive(Debug, Args)]

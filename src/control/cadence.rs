@@ -11,15 +11,16 @@ use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
-use super::clock::TokioClock;
 use crate::settings::LONGEST;
 use crate::settings::bounds::{LEAST_RATE, MOST_RATE};
 
 type Bucket<C> = RateLimiter<NotKeyed, InMemoryState, C, StateInformationMiddleware>;
 
 /// Records-per-tick allowance. Unused allowance is kept only up to one tick's worth
-/// (the bucket's burst), so an idle spell never turns into a burst.
-pub struct Cadence<C: Clock<Instant = Nanos> + Clone = TokioClock> {
+/// (the bucket's burst), so an idle spell never turns into a burst. The time comes from
+/// `clock`: the worker's runs on tokio's (`pipeline::clock::TokioClock`), the tests' on a
+/// fake one.
+pub struct Cadence<C: Clock<Instant = Nanos> + Clone> {
     /// None at rate 0: a worker that holds no capacity hands out nothing.
     bucket: Option<Bucket<C>>,
     clock: C,

@@ -1,9 +1,11 @@
-//! Control logic: deterministic state machines that take the time from an injected clock.
+//! Control logic: deterministic state machines that take the time as an argument or from
+//! an injected clock, and read none themselves (`tests/module_structure.rs` checks it), so
+//! each is tested without sleeping. What waits or reads the clock is in `write/` and
+//! `pipeline/`.
 
 pub mod backoff;
 pub mod balance;
 pub mod cadence;
-pub mod clock;
 pub mod health;
 pub mod item_refusals;
 pub mod lease_table;

@@ -4,7 +4,6 @@
 
 pub mod aimd;
 pub mod fixed;
-pub mod gate;
 pub mod gradient2;
 mod pushed_back;
 pub mod vegas;
@@ -140,7 +139,7 @@ pub trait ConcurrencyLimit: Send {
     fn stalled(&mut self, _stalled: Option<Stalled>) {}
 
     /// Whether a push-back lowers the limit: then a push-back the writes in flight explain
-    /// is the limit's to answer (see [`gate::LimitGate::explains`]).
+    /// is the limit's to answer (see [`crate::write::limit_gate::LimitGate::explains`]).
     fn adapts(&self) -> bool {
         true
     }

@@ -129,3 +129,77 @@ fn a_probe_raises_the_limit_when_the_sink_takes_it() {
     assert!((after - 0.97 * 367.5).abs() < 1e-9, "{after}");
     assert_eq!(limit.limit(Unit::Records), Some(367.5));
 }
+
+/// A bulk sink taking 1,000 records/s with room for 200 answers item by item. The first
+/// refusal comes before the answer of the write it took whole; at the mark (a round trip
+/// on) the first guess counts that write. Between two refusals for room the sink took
+/// its capacity: learned whole, though the plan (fresh records only) was far below it
+/// while refused items were sent again.
+#[test]
+fn items_refused_for_room_teach_the_capacity_beyond_the_plan() {
+    let bulk = BatchShape {
+        max_batch: 200,
+        record_bytes: None,
+        ..shape()
+    };
+    let room = |sent_at: Duration, records: u64| Refused {
+        sent_at,
+        retry_after: None,
+        hint: None,
+        emptied: true,
+        records,
+        bytes: 0,
+    };
+    let mut limit = SinkLimit::new(LimitParams::default());
+    assert_eq!(limit.plan(ms(0), 4000.0, bulk).records_per_second, 4000.0);
+    limit.on_throttle(ms(210), true, room(ms(200), 200));
+    limit.on_written(ms(215), 200, 0);
+    let first = limit.plan(ms(220), 4000.0, bulk);
+    // 200 over 0.22 s, beta of it, held at 97%.
+    let guess = 200.0 / 0.22 * 0.7 * 0.97;
+    assert!((first.records_per_second - guess).abs() < 1e-6, "{first:?}");
+    // 100 records every 100 ms taken (fresh and resent), then at 800 ms a write of which
+    // 20 were taken, the rest refused for room.
+    for i in 0..5 {
+        limit.on_written(ms(305 + 100 * i), 100, 0);
+    }
+    limit.on_written(ms(805), 20, 0);
+    limit.on_throttle(ms(810), true, room(ms(800), 180));
+    let plan = limit.plan(ms(820), 4000.0, bulk);
+    // 520 over 0.6 s, held at 97%: far above what was planned.
+    assert!(
+        (plan.records_per_second - 520.0 / 0.6 * 0.97).abs() < 1e-6,
+        "{plan:?}"
+    );
+    assert!(plan.records_per_second > 1.3 * first.records_per_second);
+}
+
+/// A bulk sink that takes nothing between two refusals for room says nothing of its
+/// capacity but that the worker is over it: the limit falls by `beta`, not held.
+#[test]
+fn a_bulk_sink_taking_nothing_between_refusals_lowers_the_limit() {
+    let bulk = BatchShape {
+        max_batch: 200,
+        record_bytes: None,
+        ..shape()
+    };
+    let room = |sent_at: Duration| Refused {
+        sent_at,
+        retry_after: None,
+        hint: None,
+        emptied: true,
+        records: 200,
+        bytes: 0,
+    };
+    let mut limit = SinkLimit::new(LimitParams::default());
+    limit.plan(ms(0), 4000.0, bulk);
+    limit.on_throttle(ms(210), true, room(ms(200)));
+    limit.on_written(ms(215), 200, 0);
+    let first = limit.plan(ms(220), 4000.0, bulk).records_per_second;
+    limit.on_throttle(ms(500), true, room(ms(490)));
+    let next = limit.plan(ms(520), 4000.0, bulk).records_per_second;
+    assert!(
+        (next - first * 0.7 * 0.97).abs() < 1e-6,
+        "{first} -> {next}"
+    );
+}

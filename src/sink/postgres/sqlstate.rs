@@ -37,7 +37,7 @@ pub enum ErrorClass {
     Fatal,
     /// No rule says whose fault it is: split the batch; a record failing alone is
     /// dead-lettered only if a write without it succeeds afterwards, otherwise the worker
-    /// stops (see `delivery.rs`).
+    /// stops (see `write/delivery.rs`).
     Unexplained,
 }
 

@@ -1,16 +1,17 @@
 //! The write path, composed in one place from configuration: the worker's shared
 //! [`Backpressure`] (throttle pauses, the learned sink limit, the retry budget, resends of
 //! refused items), the [`LimitGate`] that admits writes by the concurrency limit, and the
-//! [`Delivery`] that drives each batch through them with the retry backoff. The worker and
-//! the tests build it the same way, so what the tests exercise is what runs.
+//! [`Delivery`] that drives each batch through them with the retry backoff (in the order
+//! [`crate::write`] lists). The worker and the tests build it the same way, so what the
+//! tests exercise is what runs.
 
 use std::sync::Arc;
 
-use crate::backpressure::Backpressure;
+use super::backpressure::Backpressure;
+use super::delivery::Delivery;
+use super::limit_gate::LimitGate;
 use crate::config::{Backoffs, ConcurrencyConfig, Config, RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::limit::ConcurrencyLimit;
-use crate::control::limit::gate::LimitGate;
-use crate::delivery::Delivery;
 use crate::sink::Sink;
 use crate::stats::Stats;
 

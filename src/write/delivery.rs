@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use crate::backpressure::Backpressure;
+use super::backpressure::Backpressure;
+use super::limit_gate::LimitGate;
 use crate::control::backoff::Backoff;
-use crate::control::limit::gate::LimitGate;
 use crate::record::{DeadLetter, Position, Row};
 use crate::shutdown::Shutdown;
 use crate::sink::{Sink, WriteOutcome};
@@ -46,7 +46,7 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// Built by [`crate::write_path::WritePath`], which shares `pressure` and `gate` with
+    /// Built by [`crate::write::WritePath`], which shares `pressure` and `gate` with
     /// the pipeline; `retry` is the backoff between attempts at a failed batch.
     pub(crate) fn new(
         sink: Arc<dyn Sink>,

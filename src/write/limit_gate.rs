@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{ConcurrencyLimit, Sample, Stalled};
+use crate::control::limit::{ConcurrencyLimit, Sample, Stalled};
 
 /// A write is cut only while the writes in flight exceed this many times the limit (or
 /// the writes the sink answered in the last cut period, if fewer).

@@ -1,6 +1,6 @@
 use super::*;
 use crate::config::RetryConfig;
-use crate::write_path::{WritePath, WriteSettings};
+use crate::write::{WritePath, WriteSettings};
 use async_trait::async_trait;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering::Relaxed;

@@ -1,0 +1,350 @@
+//! One run of the loop: its state between steps, and the steps [`Pipeline::run`] takes in
+//! turn — fill the free slots, plan after the take, finish when done — and the events it
+//! waits for: the bucket refilled, a tick, a batch settled, shutdown, the grace period
+//! over.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use tokio::task::JoinError;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+
+use super::{InFlight, Pipeline, PipelineError};
+use crate::health::Verdict;
+use crate::record::Position;
+use crate::shutdown::Shutdown;
+use crate::stats::{Stats, Summary};
+use crate::write::delivery::FatalSinkError;
+
+/// A free slot waiting for the bucket to refill looks again this soon at the earliest: a
+/// high rate refills it in microseconds, and the loop must not spin.
+const REFILL_AT_MOST_EVERY: Duration = Duration::from_millis(1);
+
+/// How often the source's backlog is asked for, at most (once per tick when ticks are
+/// slower).
+const BACKLOG_EVERY: Duration = Duration::from_secs(1);
+
+/// What a settled batch's task returns: the positions to acknowledge, a fatal sink error,
+/// or the task's own failure.
+pub(super) type DeliveryResult = Result<Result<Vec<Position>, FatalSinkError>, JoinError>;
+
+/// The loop's state between its steps.
+pub(super) struct Run {
+    pipeline: Pipeline,
+    started: Instant,
+    pub(super) ticker: Interval,
+    pub(super) in_flight: InFlight,
+    /// What the last tick allows, not yet granted by the cadence (the bucket may be short
+    /// at first and fill within the tick).
+    allowance: u64,
+    /// Granted by the cadence, not yet pulled: up to a batch.
+    banked: u64,
+    /// The source said at the last pull that it has no more for now.
+    caught_up: bool,
+    /// When the grace period after a shutdown request ends.
+    pub(super) stop_deadline: Option<Instant>,
+    /// What ends the run once the batches in flight are settled.
+    failure: Option<PipelineError>,
+    pulled_total: u64,
+    /// When the backlog was last asked for.
+    backlog_at: Instant,
+    /// A tick came: the rate and batch are planned once its take is done.
+    rate_due: bool,
+    /// A tick came and nothing was pulled since: the source is watched after the take.
+    watch_due: bool,
+    /// New writes held by a health probe or the operator, as decided at the last tick.
+    held: bool,
+}
+
+impl Run {
+    /// The first tick comes at [`Pipeline::first_tick`]; the source is told how much to
+    /// prefetch and the stats start from the configured limits.
+    pub(super) async fn start(mut pipeline: Pipeline) -> Result<Run, PipelineError> {
+        let started = Instant::now();
+        let tick = pipeline.cadence.tick();
+        let mut ticker = tokio::time::interval_at(Instant::now() + pipeline.first_tick(), tick);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let backlog_at = Instant::now();
+        pipeline.source.set_prefetch(pipeline.prefetch()).await?;
+        let stats = &pipeline.stats;
+        stats.source_up.store(pipeline.source.is_up(), Relaxed);
+        stats.rate_limit.set(pipeline.cadence.rate());
+        stats
+            .concurrency_limit
+            .store(pipeline.options.max_in_flight as u64, Relaxed);
+        Ok(Run {
+            pipeline,
+            started,
+            ticker,
+            in_flight: InFlight::new(),
+            allowance: 0,
+            banked: 0,
+            caught_up: false,
+            stop_deadline: None,
+            failure: None,
+            pulled_total: 0,
+            backlog_at,
+            rate_due: false,
+            watch_due: false,
+            held: false,
+        })
+    }
+
+    /// Shutdown was requested or something failed: nothing new is pulled, the batches in
+    /// flight are finished.
+    pub(super) fn stopping(&self) -> bool {
+        self.stop_deadline.is_some() || self.failure.is_some()
+    }
+
+    fn limit_reached(&self) -> bool {
+        let max_records = self.pipeline.options.max_records;
+        max_records.is_some_and(|m| self.pulled_total >= m)
+    }
+
+    /// Records still to pull before `max_records`.
+    fn remaining(&self) -> u64 {
+        let max_records = self.pipeline.options.max_records;
+        max_records.map_or(u64::MAX, |m| m.saturating_sub(self.pulled_total))
+    }
+
+    /// Pulls and dispatches batches while a slot is free, something is allowed or banked,
+    /// and the worker is neither paused nor held.
+    pub(super) async fn fill_free_slots(&mut self, shutdown: &Shutdown) {
+        while !self.stopping()
+            && (self.allowance > 0 || self.banked > 0)
+            && self.in_flight.len() < self.pipeline.max_in_flight()
+            && !self.pipeline.pressure.is_paused()
+            && !self.held
+        {
+            let Some(want) = self.take_a_batch() else {
+                break;
+            };
+            if !self.pull(want, shutdown).await {
+                break;
+            }
+        }
+    }
+
+    /// Takes what has accrued of the tick's allowance; returns the records to pull once a
+    /// batch's worth is banked, and `None` while it is not (or `max_records` is reached).
+    fn take_a_batch(&mut self) -> Option<u64> {
+        let remaining = self.remaining();
+        if remaining == 0 {
+            return None;
+        }
+        let p = &self.pipeline;
+        let max_batch = p.max_batch as u64;
+        if self.allowance > 0 {
+            // The bucket may be short now and fill within the tick: what is left of the
+            // tick's allowance is taken as it accrues, whenever a slot is free.
+            let granted = p
+                .cadence
+                .take(self.allowance.min(u64::from(u32::MAX)) as u32);
+            self.allowance -= u64::from(granted);
+            self.banked += u64::from(granted);
+        }
+        // A batch larger than a tick's grant (requests bind) waits until the grants make
+        // it up. Otherwise the tick's batch goes once its allowance has accrued: at once
+        // when the bucket holds it, or as it refills (split into whatever accrued between
+        // wake-ups, one tick's batch became a dozen requests of a few records: 3.6 records
+        // per request instead of 13 at 4,000 rec/s and 20 ms ticks, which a sink counting
+        // requests throttles). What a tick granted goes at once when nothing more is to
+        // come: a tick that grants one record less must not hold it over to double the
+        // next.
+        let target = if p.batch > p.cadence.quantum() as usize {
+            (p.batch as u64).min(max_batch).min(remaining)
+        } else {
+            (self.banked + self.allowance)
+                .min(max_batch)
+                .min(remaining)
+                .max(1)
+        };
+        if self.banked == 0 || self.banked < target {
+            return None;
+        }
+        let want = self.banked.min(max_batch).min(remaining);
+        self.banked -= want;
+        Some(want)
+    }
+
+    /// Pulls up to `want` records and starts their delivery; false when the source failed.
+    async fn pull(&mut self, want: u64, shutdown: &Shutdown) -> bool {
+        self.watch_due = false;
+        let p = &mut self.pipeline;
+        let pulled = match p.source.pull(want as usize).await {
+            Ok(pulled) => pulled,
+            Err(e) => {
+                self.failure = Some(e.into());
+                return false;
+            }
+        };
+        self.caught_up = pulled.caught_up;
+        p.stats.source_caught_up.store(self.caught_up, Relaxed);
+        p.stats.source_up.store(p.source.is_up(), Relaxed);
+        let n = pulled.records.len() as u64;
+        if n > 0 {
+            self.pulled_total += n;
+            Stats::add(&p.stats.pulled, n);
+            self.in_flight
+                .extend(p.dispatch(pulled.records, shutdown.clone()));
+        }
+        if self.caught_up || n < want {
+            self.allowance = 0;
+            self.banked = 0;
+        }
+        true
+    }
+
+    /// After a tick's take: the rate and batch size for the ticks to come
+    /// ([`Pipeline::replan`]); and if the tick pulled nothing, the source is watched.
+    pub(super) async fn after_the_take(&mut self) {
+        if std::mem::take(&mut self.rate_due)
+            && let Err(e) = self.pipeline.replan(&mut self.banked).await
+        {
+            self.failure.get_or_insert(e.into());
+        }
+        if std::mem::take(&mut self.watch_due) && !self.stopping() {
+            // This tick pulled nothing: the source still hears of new records, which is
+            // what earns a worker without capacity its next lease.
+            match self.pipeline.source.watch().await {
+                Ok(true) => self.pipeline.stats.source_caught_up.store(false, Relaxed),
+                Ok(false) => {}
+                Err(e) => {
+                    self.failure.get_or_insert(e.into());
+                }
+            }
+        }
+    }
+
+    /// Once nothing is in flight and the run is drained (`until_empty`), at `max_records`,
+    /// or stopping: closes the source and returns the summary, or what failed.
+    pub(super) async fn finish_when_done(&mut self) -> Result<Option<Summary>, PipelineError> {
+        let stats = &self.pipeline.stats;
+        stats
+            .batches_in_flight
+            .store(self.in_flight.len() as u64, Relaxed);
+        let drained = self.pipeline.options.until_empty && self.caught_up;
+        let limit_reached = self.limit_reached();
+        if !self.in_flight.is_empty() || !(drained || limit_reached || self.stopping()) {
+            return Ok(None);
+        }
+        let clean = self.failure.is_none() && drained && !limit_reached;
+        self.close(clean).await?;
+        match self.failure.take() {
+            Some(e) => Err(e),
+            None => Ok(Some(self.pipeline.stats.summary(self.started.elapsed()))),
+        }
+    }
+
+    /// A slot is free and the tick's allowance is not spent, but the bucket was short:
+    /// when it will hold a batch, rather than at the next tick.
+    pub(super) fn refill_at(&self) -> Option<Instant> {
+        let p = &self.pipeline;
+        let refills = !self.stopping()
+            && !self.limit_reached()
+            && self.allowance > 0
+            && self.in_flight.len() < p.max_in_flight()
+            && p.cadence.rate() > 0.0
+            && !p.pressure.is_paused()
+            && !self.held;
+        refills.then(|| {
+            let need = self
+                .allowance
+                .min((p.max_batch as u64).saturating_sub(self.banked))
+                .max(1) as f64;
+            let wait = Duration::from_secs_f64(need / p.cadence.rate());
+            Instant::now() + wait.max(REFILL_AT_MOST_EVERY)
+        })
+    }
+
+    /// A tick: its allowance (less what resends owe), the health verdict, the plan due
+    /// after its take, and now and then the backlog.
+    pub(super) async fn on_tick(&mut self) {
+        let p = &self.pipeline;
+        // A paused tick sends nothing fresh: its allowance pays off what the retries owe,
+        // so a long pause leaves no debt to starve the ticks after.
+        let quantum = u64::from(p.cadence.quantum());
+        let fresh = quantum - p.pressure.settle_owed(quantum);
+        match p.health.verdict() {
+            Verdict::Go => self.held = false,
+            Verdict::Hold { .. } => {
+                // Writes come back as after an outage: from a share of the rate, climbing
+                // to all of it.
+                if !self.held {
+                    p.pressure.unavailable();
+                }
+                self.held = true;
+            }
+            Verdict::Stop { probe, value } => {
+                let critical = p.health.critical(&probe, value);
+                tracing::error!("{critical}; finishing batches in flight, then stopping");
+                self.failure.get_or_insert(critical.into());
+            }
+        }
+        self.allowance = if p.pressure.is_paused() || self.held {
+            0
+        } else {
+            fresh
+        };
+        self.rate_due = true;
+        self.watch_due = true;
+        p.stats.source_up.store(p.source.is_up(), Relaxed);
+        if self.backlog_at.elapsed() >= BACKLOG_EVERY {
+            self.backlog_at = Instant::now();
+            self.report_backlog().await;
+        }
+    }
+
+    /// A batch settled: its positions are acknowledged; a fatal sink error or a failed
+    /// task stops the run once the others are finished.
+    pub(super) async fn on_settled(&mut self, done: DeliveryResult) {
+        match done {
+            Ok(Ok(positions)) => {
+                if let Err(e) = self.pipeline.source.ack(&positions).await {
+                    self.failure.get_or_insert(e.into());
+                }
+            }
+            Ok(Err(fatal)) => {
+                tracing::error!("{fatal}; finishing batches in flight, then stopping");
+                self.failure.get_or_insert(fatal.into());
+            }
+            Err(join) => {
+                self.failure.get_or_insert(join.into());
+            }
+        }
+    }
+
+    /// Shutdown was requested: the batches in flight have the grace period to finish.
+    pub(super) fn on_shutdown(&mut self) {
+        self.stop_deadline = Some(Instant::now() + self.pipeline.options.grace);
+        self.pipeline.stats.stopping.store(true, Relaxed);
+    }
+
+    /// The grace period ran out: the batches still in flight are aborted, unacknowledged.
+    pub(super) async fn grace_expired(&mut self) -> PipelineError {
+        let left = self.in_flight.len();
+        for task in self.in_flight.iter() {
+            task.abort();
+        }
+        match self.close(false).await {
+            Ok(()) => PipelineError::GraceExpired(left),
+            Err(e) => e,
+        }
+    }
+
+    /// Closes the source and notes what it has left, for the summary and `/metrics`.
+    async fn close(&mut self, drained: bool) -> Result<(), PipelineError> {
+        let p = &mut self.pipeline;
+        p.source.close(drained).await?;
+        let _ = p.stats.remaining.set(p.source.remaining().await);
+        Ok(())
+    }
+
+    async fn report_backlog(&mut self) {
+        let p = &mut self.pipeline;
+        match p.source.backlog().await {
+            Ok(backlog) => p.stats.set_backlog(backlog),
+            Err(e) => tracing::debug!("backlog unknown: {e}"),
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! How the loop is steered between ticks: the rate and batch size the sink's push-back,
+//! the operator and the capacity allow, the batch slots the concurrency limit opens, and
+//! how much the source may prefetch for them.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use super::Pipeline;
+use crate::source::SourceError;
+
+impl Pipeline {
+    /// Right after a tick's take, the rate and batch size for the ticks to come: the
+    /// target (static, leased, or the source's share of a capacity), capped by the
+    /// worker's own ceiling and the operator's controls, then scaled by what the sink's
+    /// push-back allows. The one place the cadence's rate is set; the next tick gets
+    /// exactly one new quantum at it.
+    pub(super) async fn replan(&mut self, banked: &mut u64) -> Result<(), SourceError> {
+        let (quantum, before) = (self.cadence.quantum(), self.batch);
+        if let Some((capacity, reserved)) = self.options.capacity_by_share
+            && let Some(share) = self.source.capacity_share()
+        {
+            // Nothing assigned: keep pulling at a trickle, since pulling is what joins
+            // the group (and a worker with no partitions pulls nothing).
+            let rate = capacity * share + reserved;
+            self.target_rate
+                .set(if share == 0.0 { rate.max(1.0) } else { rate });
+        }
+        let controls = self.health.controls().get();
+        self.max_batch = controls.batch.unwrap_or(self.options.max_batch);
+        let target = self.target_rate.get();
+        let ceiling = [self.options.rate_ceiling, controls.rate]
+            .into_iter()
+            .flatten()
+            .fold(target, f64::min);
+        self.pressure.set_ceiling(ceiling);
+        let plan = self.pressure.plan(
+            self.cadence.tick(),
+            self.max_batch,
+            self.options.max_batch_bytes,
+        );
+        self.cadence.set_rate(plan.records_per_second);
+        self.batch = plan.batch.max(1);
+        // Unused grants never add up to more than a batch (or a tick's worth).
+        *banked = (*banked).min(self.batch.max(self.cadence.quantum() as usize) as u64);
+        self.stats.rate_limit.set(self.cadence.rate());
+        if self.cadence.quantum() != quantum || self.batch != before {
+            self.source.set_prefetch(self.prefetch()).await?;
+        }
+        Ok(())
+    }
+
+    /// The first tick comes once the cadence (which starts empty) holds a full batch for
+    /// every slot, at the latest one tick from now: at a rate no batch slot can keep up
+    /// with (limits off), waiting a whole tick would only delay the first row.
+    pub(super) fn first_tick(&self) -> Duration {
+        let rate = self.cadence.rate();
+        let all_slots = (self.max_batch * self.options.max_in_flight) as f64;
+        let tick = self.cadence.tick();
+        if rate > 0.0 {
+            tick.min(Duration::from_secs_f64(all_slots / rate))
+        } else {
+            tick
+        }
+    }
+
+    /// Batches allowed in flight now: the concurrency limit, never above the configured max.
+    pub(super) fn max_in_flight(&self) -> usize {
+        let limit = self.gate.limit().min(self.options.max_in_flight);
+        self.stats.concurrency_limit.store(limit as u64, Relaxed);
+        limit
+    }
+
+    /// Records the pipeline may hold at once: a batch per slot plus the one being pulled.
+    pub(super) fn prefetch(&self) -> usize {
+        let batch = (self.cadence.quantum() as usize)
+            .max(self.batch)
+            .min(self.max_batch)
+            .max(1);
+        batch * (self.options.max_in_flight + 1)
+    }
+}
