@@ -290,7 +290,7 @@ fn a_tick_too_short_to_smooth_anything() {
 }
 
 /// A string key takes digits (or `true`) from the environment as the text they are, as the
-/// README promises for SLUICE_TELEMETRY__TOKEN; numeric keys still read numbers.
+/// The book (docs/security.md) promises for SLUICE_TELEMETRY__TOKEN; numeric keys still read numbers.
 #[test]
 fn string_keys_take_digits_from_the_environment() {
     let dir = tempfile::tempdir().unwrap();

@@ -8,7 +8,7 @@
 //!
 //! As in Vector's harness, a request is one record and the source never runs dry; the
 //! sink's concurrency is what it sees in progress (deferred requests included). The
-//! figures printed here are the README's table.
+//! figures printed here are the table in docs/concurrency.md.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -430,7 +430,7 @@ fn scenarios() -> Vec<Scenario> {
 }
 
 /// Every scenario against `algorithm`, one request per record as in Vector's harness;
-/// prints the README's rows. `floors` gives, per scenario, the share of the possible rate
+/// prints the rows of docs/concurrency.md. `floors` gives, per scenario, the share of the possible rate
 /// the algorithm must reach at least; elsewhere the low end of Vector's range, where it
 /// publishes one, is the floor.
 async fn vector_scenarios(algorithm: ConcurrencyAlgorithm, floors: &[(&str, f64)]) {

@@ -2,7 +2,7 @@
 //! committed corpus (`fuzz/corpus/<target>/`, seeds and whatever `cargo fuzz` added) and
 //! then over inputs a small deterministic mutator derives from it, for a bounded count and
 //! time. A panic fails the test naming the input; a body that runs on past the limit is a
-//! hang. Longer runs: `cargo fuzz run <target>` (README, Development).
+//! hang. Longer runs: `cargo fuzz run <target>` (docs/development.md).
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -16,7 +16,7 @@ use sluice::config::{Config, Overrides};
 mod kubernetes_support;
 use kubernetes_support::*;
 
-/// The largest peak RSS measured (README, throughput ceilings: RabbitMQ → PostgreSQL,
+/// The largest peak RSS measured (docs/design/bench.md, throughput ceilings: RabbitMQ → PostgreSQL,
 /// limits off). Memory stays flat with the backlog, so requests and limits follow it.
 const PEAK_RSS_MIB: f64 = 44.9;
 

@@ -46,7 +46,7 @@ async fn a_batch_of_letters_larger_than_the_packet_is_stored_in_pieces() {
     assert_eq!(server.count("SELECT COUNT(*) FROM records").await, 10);
 }
 
-/// A record of 2 MiB, twice the packet: dead-lettered (the README's promise) with its first
+/// A record of 2 MiB, twice the packet: dead-lettered (the promise of docs/sinks/mysql.md) with its first
 /// bytes, its length and its SHA-256; its batch-mates are written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_larger_than_the_packet_is_dead_lettered_cut_with_its_length_and_hash() {

@@ -1,5 +1,5 @@
 //! What reaches PostgreSQL through `[sink.columns]`: every JSON type into every common
-//! column type, strict and lenient, compared cell by cell with the README's table; numbers
+//! column type, strict and lenient, compared cell by cell with the table in docs/sinks/postgres.md; numbers
 //! keep every digit; tables named after types work.
 
 mod common;
@@ -53,7 +53,7 @@ const COLUMNS: &[(&str, &str)] = &[
     ("c_uuid", "uuid"),
 ];
 
-/// The README's table, one cell per (column, case): `strict / lenient`, written
+/// The table in docs/sinks/postgres.md, one cell per (column, case): `strict / lenient`, written
 /// `D` (dead letter), `N` (NULL), `=` (same as strict), or the stored text.
 fn expected(column: &str, case: &str, lenient: bool) -> Cell {
     let huge = format!("1{}", "0".repeat(400));

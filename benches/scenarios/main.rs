@@ -255,7 +255,7 @@ async fn sluice_bytes_per_record(input: &Path) -> f64 {
 }
 
 fn plot_name(kind: &str, unit: &str) -> String {
-    // The records scenario keeps the plots' original names (README links them).
+    // The records scenario keeps the plots' original names (the book links them).
     if unit == "records" {
         format!("{kind}.svg")
     } else {

@@ -31,7 +31,7 @@ pub fn json() -> serde_json::Value {
 /// every kind reads beside one `allOf` reference per kind, which no editor can close
 /// against unknown keys. Each kind becomes one closed object with the common keys, its own
 /// and `kind`; `kind` may be left out for `default_kind`, as the loader reads it. `kind`
-/// tells them apart, so they are `anyOf`: a fragment without it (a README example) still
+/// tells them apart, so they are `anyOf`: a fragment without it (an example in the book) still
 /// matches every kind whose keys it uses.
 fn closed_kinds(schema: &mut serde_json::Value, name: &str, default_kind: Option<&str>) {
     use serde_json::{Value, json};

@@ -1,5 +1,5 @@
 //! One driver per sink kind: how to point the worker at it, how to read back what landed
-//! (rows and dead letters), and what the sink documents it cannot hold (README: "What each
+//! (rows and dead letters), and what the sink documents it cannot hold (docs/sinks.md: "What each
 //! sink cannot hold exactly").
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! What must land, computed from the input alone: a plain reading of each line with
-//! serde_json and the documented rules (the key: README "How it works"; the type mapping
-//! and each sink's limits: README "What each sink cannot hold exactly") — none of
+//! serde_json and the documented rules (the key: docs/how-it-works.md; the type mapping
+//! and each sink's limits: docs/sinks.md "What each sink cannot hold exactly") — none of
 //! sluice's code.
 
 use std::collections::BTreeMap;
@@ -32,7 +32,7 @@ pub struct Expected {
 /// A sink's documented refusal of a record it cannot hold: what its letter's reason says.
 pub type Refuses<'a> = &'a dyn Fn(&str, &Value) -> Option<&'static str>;
 
-/// The key at `/id` as the README says it is stored, or why the record has none.
+/// The key at `/id` as docs/how-it-works.md says it is stored, or why the record has none.
 pub fn key_of(record: &Value) -> Result<String, &'static str> {
     match record.get("id") {
         None | Some(Value::Null) => Err("missing key /id"),

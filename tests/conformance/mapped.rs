@@ -1,6 +1,6 @@
 //! A mapped table (`[sink.columns]`): every value of one corpus into every typed column
 //! of an existing table, one value per record, each record naming its column. Each lands
-//! as its column's documented form (README: the PostgreSQL type table, the MySQL mapping,
+//! as its column's documented form (docs/sinks/: the PostgreSQL type table, the MySQL mapping,
 //! "What each sink cannot hold exactly"), or is dead-lettered with a reason naming the
 //! column — by sluice before the write, or by the server with its error — never changed.
 //! The expectation of each (column, value) is worked out in the sink's file from the
@@ -84,7 +84,7 @@ pub trait Mapped {
 }
 
 /// The keys of the created tables' corpus (and its duplicates), through the mapped key
-/// column: each record's key by the README's rule, every column NULL.
+/// column: each record's key by the documented rule (docs/how-it-works.md), every column NULL.
 fn key_cases<'a, M: Mapped>(sink: &M) -> Vec<Case<'a, M::Type>> {
     let mut seen = BTreeSet::new();
     let lines = super::corpus::keys()

@@ -1,7 +1,7 @@
 //! The mapped table on MariaDB: every integer width signed and unsigned, BOOLEAN, DECIMAL
 //! of three precisions, FLOAT, DOUBLE and FLOAT(7,4), VARCHAR with a binary and with the
 //! default case-insensitive collation, TEXT, CHAR, BLOB, JSON, DATETIME and TIMESTAMP at
-//! 0, 3 and 6 fractional digits, DATE. What lands is worked out from the README's MySQL
+//! 0, 3 and 6 fractional digits, DATE. What lands is worked out from the book's MySQL (docs/sinks/mysql.md)
 //! mapping: values travel as text for the server in strict mode; sluice refuses what the
 //! server would round, cut or zero with a mere note.
 

@@ -1,7 +1,7 @@
 //! The mapped table on PostgreSQL, strict (the default): each integer type, `numeric`
 //! unconstrained, with a precision and scale and with a negative scale, `real`, `double
 //! precision`, boolean, text, `varchar(16)`, `char(8)`, jsonb, timestamptz at 6, 0 and
-//! 3 fractional digits, timestamp at 6 and 0, date. A value lands only in a column of its own JSON type (README:
+//! 3 fractional digits, timestamp at 6 and 0, date. A value lands only in a column of its own JSON type (docs/sinks/:
 //! the type table), exactly — floats rounded to the nearest of their type — or is
 //! dead-lettered by sluice naming the column.
 

@@ -117,7 +117,7 @@ pub struct Final {
     pub letters: Vec<(Vec<u8>, &'static str)>,
 }
 
-/// The table the README's rule gives: a version applies over an older one, and over an
+/// The table the documented rule (docs/sinks/postgres.md) gives: a version applies over an older one, and over an
 /// equal one since the later record in source order wins.
 pub fn expected(lines: &[Line]) -> Final {
     let mut f = Final::default();

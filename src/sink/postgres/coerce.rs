@@ -1,5 +1,5 @@
 //! Which JSON value a mapped column takes, and as what: the JSON type × column type table
-//! of the README. Strict (the default) writes a value only when its JSON type is the
+//! of the book (docs/sinks/postgres.md). Strict (the default) writes a value only when its JSON type is the
 //! column's own; lenient also hands strings (and numbers, booleans) to PostgreSQL's input
 //! function for the column type, as text. Numbers always travel as their exact JSON text.
 

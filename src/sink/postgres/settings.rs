@@ -24,7 +24,7 @@ pub struct PostgresSettings {
     /// "deleted"; needed only when deletes are configured).
     pub deleted_column: Option<String>,
     /// With `columns`: "strict" (default) writes a value only into a column of its own
-    /// JSON type; "lenient" also lets PostgreSQL parse scalars (README's table).
+    /// JSON type; "lenient" also lets PostgreSQL parse scalars (the type table in docs/sinks/postgres.md).
     pub coerce: Option<Coerce>,
     /// SQLSTATEs that mean "slow down" (treated like HTTP 429), e.g. "53300".
     #[serde(default)]
