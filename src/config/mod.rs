@@ -10,7 +10,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod backoffs;
-mod concurrency;
 mod environment;
 pub mod kinds;
 mod leases;
@@ -21,15 +20,15 @@ pub mod schema;
 mod secrets;
 mod shutdown;
 mod telemetry;
-mod throttle;
 
+pub use crate::control::limit::settings::{ConcurrencyAlgorithm, ConcurrencyConfig};
+pub use crate::control::throttle::settings::ThrottleConfig;
 use crate::health::settings::HealthConfig;
 use crate::settings::{ConfigError, Problems};
 use crate::sink::settings::{SinkBackend, SinkKind, SinkSettings};
 use crate::source::settings::{SourceKind, SourceSettings};
 use crate::source::{Extent, Opening};
 pub use backoffs::Backoffs;
-pub use concurrency::{ConcurrencyAlgorithm, ConcurrencyConfig};
 use environment::{kafka_properties_from_env, unknown_variables};
 pub use leases::LeasesConfig;
 pub use rate::RateConfig;
@@ -37,7 +36,6 @@ pub use retry::RetryConfig;
 pub use secrets::RedactConfig;
 pub use shutdown::ShutdownConfig;
 pub use telemetry::TelemetryConfig;
-pub use throttle::ThrottleConfig;
 
 pub use origin::ConfigOrigin;
 

@@ -21,8 +21,8 @@ use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
 use crate::control::item_refusals::{ItemRefusals, Verdict};
 use crate::control::retry_budget::RetryBudget;
-use crate::control::sink_limit::{BatchShape, LimitParams, Plan, Refused, SinkLimit, Unit};
-use crate::control::throttle::{Signal, Throttle, ThrottleParams};
+use crate::control::sink_limit::{BatchShape, Plan, Refused, SinkLimit, Unit};
+use crate::control::throttle::{Signal, Throttle};
 use crate::stats::Stats;
 
 /// The mean record size follows new batches with this weight.
@@ -71,29 +71,12 @@ impl Backpressure {
         outage: Backoff,
         stats: Arc<Stats>,
     ) -> Self {
-        let params = ThrottleParams {
-            window: rate.tick,
-            pause_jitter: throttle.pause_jitter,
-            backoff: outage.clone(),
-        };
-        let limit = LimitParams {
-            hold: throttle.hold,
-            beta: throttle.beta,
-            min_multiplier: throttle.min_multiplier,
-            probe_every: throttle.probe_every,
-            probe_gain: throttle.probe_gain,
-            ..LimitParams::default()
-        };
         Backpressure {
             epoch: Instant::now(),
             state: Mutex::new(State {
-                throttle: Throttle::new(params),
-                limit: SinkLimit::new(limit),
-                budget: RetryBudget::new(
-                    retry.budget_ratio,
-                    retry.budget_min_per_second,
-                    retry.budget_window,
-                ),
+                throttle: Throttle::new(throttle.throttle_params(rate.tick, outage.clone())),
+                limit: SinkLimit::new(throttle.limit_params()),
+                budget: retry.budget(),
                 rng: rand::make_rng(),
                 ceiling: rate.records_per_second,
                 record_bytes: None,
