@@ -11,9 +11,11 @@ pub mod elasticsearch;
 pub mod http;
 pub mod identifier;
 pub mod mysql;
+pub mod open;
 pub mod postgres;
 pub mod private_file;
 pub mod settings;
+pub mod sql_error;
 pub mod sqlite;
 pub mod upsert;
 pub mod url_parameters;
@@ -27,7 +29,8 @@ use crate::control::backoff::Backoff;
 use crate::control::sink_limit::Unit;
 use crate::record::{DeadLetter, Row};
 use crate::shutdown::Shutdown;
-use settings::{SinkBackend, SinkSettings};
+use open::open_one;
+use settings::SinkSettings;
 
 /// How one write went.
 #[derive(Debug, Clone, PartialEq)]
@@ -327,19 +330,6 @@ async fn open_endpoint(
             .unwrap_or_else(|| crate::redact::endpoint_label(&wanted.url)),
         zone: wanted.zone.clone(),
     })
-}
-
-async fn open_one(settings: &SinkSettings, opening: &Opening) -> Result<Arc<dyn Sink>, SinkError> {
-    match &settings.backend {
-        SinkBackend::Sqlite => Ok(Arc::new(sqlite::SqliteSink::open(settings).await?)),
-        SinkBackend::Http(_) | SinkBackend::Elasticsearch(_) => Ok(Arc::new(
-            http::HttpSink::open(settings, opening.longest_wait).await?,
-        )),
-        SinkBackend::Postgres(_) => Ok(Arc::new(
-            postgres::PostgresSink::open(settings, opening).await?,
-        )),
-        SinkBackend::Mysql(_) => Ok(Arc::new(mysql::MysqlSink::open(settings, opening).await?)),
-    }
 }
 
 /// Readiness of a database sink: a trivial query through its pool.
