@@ -377,8 +377,8 @@ pub async fn run(args: SimSinkArgs) -> u8 {
         config.unit.per_second(),
         config.burst,
     );
-    let mut shutdown = crate::shutdown::on_signals();
-    shutdown.requested().await;
+    let shutdown = crate::shutdown::on_signals();
+    shutdown.cancelled().await;
     let stats = sink.stats();
     let _ = sink.stop().await;
     println!(

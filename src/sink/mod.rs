@@ -28,9 +28,9 @@ use async_trait::async_trait;
 use crate::control::backoff::Backoff;
 use crate::control::sink_limit::Unit;
 use crate::record::{DeadLetter, Row};
-use crate::shutdown::Shutdown;
 use open::open_one;
 use settings::SinkSettings;
+use tokio_util::sync::CancellationToken;
 
 /// How one write went.
 #[derive(Debug, Clone, PartialEq)]
@@ -237,7 +237,7 @@ pub struct SinkError {
 pub async fn open_when_ready(
     settings: &SinkSettings,
     opening: &Opening,
-    shutdown: &mut Shutdown,
+    shutdown: &CancellationToken,
 ) -> Result<Option<Arc<dyn Sink>>, SinkError> {
     let backoff = &opening.outage;
     let mut attempt = 0;
@@ -250,7 +250,7 @@ pub async fn open_when_ready(
                 tracing::warn!(?wait, "sink not available yet, waiting: {e}");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = shutdown.requested() => return Ok(None),
+                    _ = shutdown.cancelled() => return Ok(None),
                 }
             }
             Err(e) => return Err(e),
