@@ -89,8 +89,8 @@ impl Config {
 
     /// How the sink is opened: a pool as large as the writes in flight, HTTP waits capped
     /// at `retry.max_delay`, and the outage backoff.
-    pub fn sink_opening(&self) -> crate::sink::Opening {
-        crate::sink::Opening {
+    pub fn sink_opening(&self) -> crate::sink::SinkOpening {
+        crate::sink::SinkOpening {
             most_in_flight: self.concurrency.max,
             longest_wait: self.retry.max_delay,
             outage: self.backoffs().outage,

@@ -236,7 +236,7 @@ pub struct SinkError {
 /// was requested first: nothing was pulled, so nothing is lost.
 pub async fn open_when_ready(
     settings: &SinkSettings,
-    opening: &Opening,
+    opening: &SinkOpening,
     shutdown: &CancellationToken,
 ) -> Result<Option<Arc<dyn Sink>>, SinkError> {
     let backoff = &opening.outage;
@@ -261,7 +261,7 @@ pub async fn open_when_ready(
 /// How a sink is opened, besides its settings: what the rest of the configuration asks
 /// of it.
 #[derive(Debug, Clone)]
-pub struct Opening {
+pub struct SinkOpening {
     /// The most writes in flight (`concurrency.max`): a database pool holds one more
     /// connection than that, unless `max_connections` says otherwise.
     pub most_in_flight: usize,
@@ -272,7 +272,10 @@ pub struct Opening {
 }
 
 /// Opens the sink `settings` describe and creates its tables if missing.
-pub async fn open(settings: &SinkSettings, opening: &Opening) -> Result<Arc<dyn Sink>, SinkError> {
+pub async fn open(
+    settings: &SinkSettings,
+    opening: &SinkOpening,
+) -> Result<Arc<dyn Sink>, SinkError> {
     if settings.urls.is_empty() && settings.discovery.file.is_none() {
         return open_one(settings, opening).await;
     }
@@ -314,7 +317,7 @@ pub async fn open(settings: &SinkSettings, opening: &Opening) -> Result<Arc<dyn 
 /// name or host:port (metrics are unauthenticated).
 async fn open_endpoint(
     settings: &SinkSettings,
-    opening: &Opening,
+    opening: &SinkOpening,
     wanted: &discovery::Wanted,
 ) -> Result<balanced::Endpoint, SinkError> {
     let mut one = settings.clone();

@@ -15,7 +15,7 @@ use super::postgres::PostgresSink;
 use super::postgres::settings::PostgresSettings;
 use super::settings::{SinkBackend, SinkSettings};
 use super::sqlite::SqliteSink;
-use super::{Opening, Sink, SinkError};
+use super::{Sink, SinkError, SinkOpening};
 
 /// A kind's own keys of `[sink]`, which open a sink of that kind.
 #[async_trait]
@@ -24,13 +24,13 @@ pub trait OpenSink {
     async fn open(
         &self,
         sink: &SinkSettings,
-        opening: &Opening,
+        opening: &SinkOpening,
     ) -> Result<Arc<dyn Sink>, SinkError>;
 }
 
 #[async_trait]
 impl OpenSink for HttpSettings {
-    async fn open(&self, sink: &SinkSettings, o: &Opening) -> Result<Arc<dyn Sink>, SinkError> {
+    async fn open(&self, sink: &SinkSettings, o: &SinkOpening) -> Result<Arc<dyn Sink>, SinkError> {
         let wire = Wire::Http(self);
         Ok(Arc::new(
             HttpSink::open(&sink.url, wire, o.longest_wait).await?,
@@ -40,7 +40,7 @@ impl OpenSink for HttpSettings {
 
 #[async_trait]
 impl OpenSink for ElasticsearchSink {
-    async fn open(&self, sink: &SinkSettings, o: &Opening) -> Result<Arc<dyn Sink>, SinkError> {
+    async fn open(&self, sink: &SinkSettings, o: &SinkOpening) -> Result<Arc<dyn Sink>, SinkError> {
         let wire = Wire::Elasticsearch(self);
         Ok(Arc::new(
             HttpSink::open(&sink.url, wire, o.longest_wait).await?,
@@ -50,14 +50,14 @@ impl OpenSink for ElasticsearchSink {
 
 #[async_trait]
 impl OpenSink for PostgresSettings {
-    async fn open(&self, sink: &SinkSettings, o: &Opening) -> Result<Arc<dyn Sink>, SinkError> {
+    async fn open(&self, sink: &SinkSettings, o: &SinkOpening) -> Result<Arc<dyn Sink>, SinkError> {
         Ok(Arc::new(PostgresSink::open(sink, self, o).await?))
     }
 }
 
 #[async_trait]
 impl OpenSink for MysqlSettings {
-    async fn open(&self, sink: &SinkSettings, o: &Opening) -> Result<Arc<dyn Sink>, SinkError> {
+    async fn open(&self, sink: &SinkSettings, o: &SinkOpening) -> Result<Arc<dyn Sink>, SinkError> {
         Ok(Arc::new(MysqlSink::open(sink, self, o).await?))
     }
 }
@@ -66,7 +66,7 @@ impl OpenSink for MysqlSettings {
 /// own).
 pub(super) async fn open_one(
     settings: &SinkSettings,
-    opening: &Opening,
+    opening: &SinkOpening,
 ) -> Result<Arc<dyn Sink>, SinkError> {
     match &settings.backend {
         SinkBackend::Sqlite => Ok(Arc::new(SqliteSink::open(settings).await?)),

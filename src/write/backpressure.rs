@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
-use crate::control::item_refusals::{ItemRefusals, Verdict};
+use crate::control::item_refusals::{ItemRefusals, RefusalVerdict};
 use crate::control::retry_budget::RetryBudget;
 use crate::control::sink_limit::{BatchShape, Plan, Refused, SinkLimit, Unit};
 use crate::control::throttle::{Signal, Throttle};
@@ -231,15 +231,15 @@ impl Backpressure {
             let verdict = state
                 .refusals
                 .refused(now, sent_at, refused, sent as u64, planned);
-            if let Verdict::Misread { rate } = verdict {
+            if let RefusalVerdict::Misread { rate } = verdict {
                 state.limit.restore(now, rate);
             }
             verdict
         };
         match verdict {
-            Verdict::Noise => false,
-            Verdict::PushBack(share) => self.throttle(write, Some(share)),
-            Verdict::Misread { rate } => {
+            RefusalVerdict::Noise => false,
+            RefusalVerdict::PushBack(share) => self.throttle(write, Some(share)),
+            RefusalVerdict::Misread { rate } => {
                 tracing::info!(
                     rate,
                     "the sink refuses a share of items whatever the rate: rate restored, those resent"

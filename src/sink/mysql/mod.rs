@@ -20,7 +20,7 @@ use sqlx::{Connection, Executor, SqlSafeStr};
 
 pub use self::check::check;
 use self::errno::classify;
-use self::mapping::Mapping;
+use self::mapping::MysqlMapping;
 use self::settings::MysqlSettings;
 use self::statement::{COLLISIONS_VARIABLE, DUPLICATES_VARIABLE, Oversized};
 use self::tables::Created;
@@ -45,7 +45,7 @@ pub struct MysqlSink {
     /// The statement's columns, quoted, the key's first.
     columns: Vec<String>,
     /// An existing table's `[sink.columns]`; `None`: the table sluice creates.
-    mapping: Option<Mapping>,
+    mapping: Option<MysqlMapping>,
     /// The table this sink writes, named in its dead letters.
     table: String,
     /// Most bytes of values one statement may carry.
@@ -58,7 +58,7 @@ impl MysqlSink {
     pub async fn open(
         sink: &SinkSettings,
         own: &MysqlSettings,
-        opening: &super::Opening,
+        opening: &super::SinkOpening,
     ) -> Result<Self, SinkError> {
         let fail = |e: &dyn std::fmt::Display| SinkError {
             url: crate::redact::redact(&sink.url),
@@ -240,7 +240,7 @@ impl MysqlSink {
 async fn mapped(
     conn: &mut MySqlConnection,
     sink: &SinkSettings,
-) -> Result<Option<Mapping>, String> {
+) -> Result<Option<MysqlMapping>, String> {
     let Some(columns) = sink.columns() else {
         return Ok(None);
     };
@@ -254,7 +254,7 @@ async fn mapped(
 }
 
 /// The insert statement's columns, quoted, the key's first.
-fn statement_columns(mapping: Option<&Mapping>) -> Vec<String> {
+fn statement_columns(mapping: Option<&MysqlMapping>) -> Vec<String> {
     match mapping {
         None => CREATED_COLUMNS.iter().map(|c| backtick(c)).collect(),
         Some(m) => m.names().map(backtick).collect(),
@@ -277,7 +277,7 @@ fn merging_key(sink: &SinkSettings, collation: &str) -> String {
 enum Batch<'a> {
     /// Key, payload, source of each row.
     Created(&'a [Row]),
-    /// Each row's values in the order of `Mapping::names`.
+    /// Each row's values in the order of `MysqlMapping::names`.
     Mapped(Vec<Vec<Option<String>>>),
 }
 
@@ -311,7 +311,7 @@ impl Batch<'_> {
 /// Each row's values for an existing table, or the rows that can never go in: those
 /// refused for the same reason as the first.
 fn mapped_values(
-    mapping: &Mapping,
+    mapping: &MysqlMapping,
     rows: &[Row],
 ) -> Result<Vec<Vec<Option<String>>>, WriteOutcome> {
     let mut values = Vec::with_capacity(rows.len());

@@ -60,7 +60,7 @@ impl PostgresSink {
     pub async fn open(
         sink: &SinkSettings,
         own: &PostgresSettings,
-        opening: &super::Opening,
+        opening: &super::SinkOpening,
     ) -> Result<Self, SinkError> {
         let fail = |e: &dyn std::fmt::Display| SinkError {
             url: crate::redact::redact(&sink.url),
