@@ -22,7 +22,7 @@ use http::header::CONTENT_TYPE;
 
 use super::dead_letters::{self, DeadLetterStore};
 use super::elasticsearch::answer;
-use super::elasticsearch::settings::{self as es, BulkOp, ElasticsearchSink};
+use super::elasticsearch::settings::{self as es, BulkOp, ElasticsearchSettings};
 use super::{ItemOutcome, Sink, SinkError, WriteOutcome};
 use crate::record::{DeadLetter, Row};
 use contract::ResponseContract;
@@ -52,7 +52,7 @@ pub enum Wire<'a> {
     /// `kind = "http"`: sluice's envelope.
     Http(&'a HttpSettings),
     /// `kind = "elasticsearch"`: `_bulk` as `[sink.elasticsearch]` says.
-    Elasticsearch(&'a ElasticsearchSink),
+    Elasticsearch(&'a ElasticsearchSettings),
 }
 
 /// Why an answer read record by record cannot be used: the write's outcome instead.

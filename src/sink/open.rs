@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::elasticsearch::settings::ElasticsearchSink;
+use super::elasticsearch::settings::ElasticsearchSettings;
 use super::http::settings::HttpSettings;
 use super::http::{HttpSink, Wire};
 use super::mysql::MysqlSink;
@@ -39,7 +39,7 @@ impl OpenSink for HttpSettings {
 }
 
 #[async_trait]
-impl OpenSink for ElasticsearchSink {
+impl OpenSink for ElasticsearchSettings {
     async fn open(&self, sink: &SinkSettings, o: &SinkOpening) -> Result<Arc<dyn Sink>, SinkError> {
         let wire = Wire::Elasticsearch(self);
         Ok(Arc::new(
