@@ -2,8 +2,8 @@
 //! duplicate, not a second row) and says how it went, so the pipeline can retry, back off,
 //! split the batch, or dead-letter — and acknowledge only what is durably written.
 
-pub mod balanced;
-pub mod column_fit;
+pub(crate) mod balanced;
+pub(crate) mod column_fit;
 pub mod columns;
 pub mod dead_letters;
 pub mod discovery;
@@ -13,12 +13,12 @@ pub mod identifier;
 pub mod mysql;
 pub mod open;
 pub mod postgres;
-pub mod private_file;
+pub(crate) mod private_file;
 pub mod settings;
-pub mod sql_error;
+pub(crate) mod sql_error;
 pub mod sqlite;
 pub mod upsert;
-pub mod url_parameters;
+pub(crate) mod url_parameters;
 
 use std::sync::Arc;
 use std::time::Duration;

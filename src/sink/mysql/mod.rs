@@ -6,7 +6,7 @@
 pub mod check;
 pub mod column;
 mod dead_letters;
-pub mod errno;
+pub(crate) mod errno;
 pub mod mapping;
 pub mod settings;
 pub mod statement;

@@ -2,10 +2,10 @@
 //! DO NOTHING` on the key so redelivery never duplicates a row, and errors sorted by
 //! SQLSTATE so the delivery knows whether to wait, retry, split or stop.
 
-pub mod catalog;
+pub(crate) mod catalog;
 pub mod coerce;
 pub mod layout;
-pub mod nodelay;
+pub(crate) mod nodelay;
 pub mod settings;
 pub mod sqlstate;
 pub mod tables;
