@@ -30,10 +30,11 @@ async fn main() -> anyhow::Result<()> {
         ..PostgresSettings::default()
     };
     config.sink.backend = SinkBackend::Postgres(own.clone());
+    let created_own = own.clone();
     let opening = config.sink_opening();
 
     config.sink.table = format!("{tag}_created");
-    let created = Arc::new(PostgresSink::open(&config.sink, &opening).await?);
+    let created = Arc::new(PostgresSink::open(&config.sink, &created_own, &opening).await?);
     report("default (created table)", run(created, "c").await);
 
     let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await?;
@@ -44,11 +45,12 @@ async fn main() -> anyhow::Result<()> {
     .execute(&mut admin)
     .await?;
     config.sink.table = mapped_table.clone();
-    config.sink.backend = SinkBackend::Postgres(PostgresSettings {
+    let mapped_own = PostgresSettings {
         columns: Some([("doc".to_string(), String::new())].into()),
         ..own
-    });
-    let mapped = Arc::new(PostgresSink::open(&config.sink, &opening).await?);
+    };
+    config.sink.backend = SinkBackend::Postgres(mapped_own.clone());
+    let mapped = Arc::new(PostgresSink::open(&config.sink, &mapped_own, &opening).await?);
     report("[sink.columns] (mapped table)", run(mapped, "m").await);
 
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(

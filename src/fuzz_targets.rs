@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::control::{quota_unit, retry_after};
 use crate::decode::Decoder;
 use crate::record::{Position, Record, Row, SourceContext};
-use crate::sink::elasticsearch::body::Target;
+use crate::sink::elasticsearch::body::DocumentTarget;
 use crate::sink::elasticsearch::{answer, settings::BulkOp};
 use crate::sink::http::{contract::ResponseContract, response};
 use crate::sink::upsert::{Upsert, VersionFrom};
@@ -104,7 +104,7 @@ pub fn response_contract(data: &[u8]) {
 /// answer names its items (so the matching passes and the outcomes are read) and as
 /// documents it does not name (so the matching itself is exercised).
 pub fn bulk_answer(data: &[u8]) {
-    let named: Vec<Target> = serde_json::from_slice::<Value>(data)
+    let named: Vec<DocumentTarget> = serde_json::from_slice::<Value>(data)
         .ok()
         .and_then(|v| v.get("items").and_then(Value::as_array).cloned())
         .unwrap_or_default()
@@ -118,15 +118,15 @@ pub fn bulk_answer(data: &[u8]) {
                     .unwrap_or_default()
                     .to_string()
             };
-            Target {
+            DocumentTarget {
                 index: field("_index"),
                 id: field("_id"),
             }
         })
         .collect();
-    let made = |n: usize| -> Vec<Target> {
+    let made = |n: usize| -> Vec<DocumentTarget> {
         (0..n)
-            .map(|i| Target {
+            .map(|i| DocumentTarget {
                 index: "orders".into(),
                 id: i.to_string(),
             })

@@ -2,24 +2,24 @@
 //! smoothed cadence, writes idempotent batches, backs off when the sink says so, and
 //! acknowledges only what is durably written or dead-lettered.
 
-pub mod atomic_f64;
-pub mod check;
+pub(crate) mod atomic_f64;
+pub(crate) mod check;
 pub mod cli;
 pub mod config;
 pub mod control;
 pub mod decode;
 #[doc(hidden)]
 pub mod fuzz_targets;
-pub mod health;
+pub(crate) mod health;
 pub mod lease;
-pub mod lock;
-pub mod logging;
+pub(crate) mod lock;
+pub(crate) mod logging;
 pub mod pipeline;
-pub mod plan;
-pub mod produce;
-pub mod progress;
+pub(crate) mod plan;
+pub(crate) mod produce;
+pub(crate) mod progress;
 pub mod record;
-pub mod redact;
+pub(crate) mod redact;
 pub mod settings;
 pub mod shutdown;
 pub mod sim_sink;

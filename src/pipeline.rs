@@ -28,7 +28,6 @@ use crate::control::target_rate::TargetRate;
 use crate::decode::Decoder;
 use crate::health::{Critical, Health};
 use crate::record::Position;
-use crate::shutdown::Shutdown;
 use crate::sink::Sink;
 use crate::source::{Source, SourceError};
 use crate::stats::{Stats, Summary};
@@ -39,6 +38,7 @@ use crate::write::limit_gate::LimitGate;
 use clock::TokioClock;
 use key_order::KeyOrder;
 use run::Run;
+use tokio_util::sync::CancellationToken;
 
 pub mod clock;
 mod dispatch;
@@ -162,7 +162,7 @@ impl Pipeline {
     /// Runs until drained (`until_empty`), `max_records` is reached, or shutdown: after
     /// each step it waits for whichever comes first of the bucket holding a batch, a tick,
     /// a batch settled, shutdown and the end of its grace period.
-    pub async fn run(self, mut shutdown: Shutdown) -> Result<Summary, PipelineError> {
+    pub async fn run(self, shutdown: CancellationToken) -> Result<Summary, PipelineError> {
         let mut run = Run::start(self).await?;
         loop {
             run.fill_free_slots(&shutdown).await;
@@ -176,7 +176,7 @@ impl Pipeline {
                 _ = refill => {}
                 _ = run.ticker.tick(), if !run.stopping() => run.on_tick().await,
                 Some(done) = run.in_flight.next() => run.on_settled(done).await,
-                _ = shutdown.requested(), if run.stop_deadline.is_none() => run.on_shutdown(),
+                _ = shutdown.cancelled(), if run.stop_deadline.is_none() => run.on_shutdown(),
                 _ = grace_over => return Err(run.grace_expired().await),
             }
         }

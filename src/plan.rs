@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::lease::LeaseStore;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Plan {
+pub struct DrainPlan {
     /// Records waiting in the source, None if it cannot tell.
     pub backlog: Option<u64>,
     /// What the backlog leaves out, where the source cannot count everything.
@@ -101,18 +101,18 @@ impl ProbeReport {
     }
 }
 
-impl Plan {
+impl DrainPlan {
     /// The rate that drains the backlog: the pool's when workers share one, else ours.
     fn drain_rate(&self) -> f64 {
         self.pool_capacity.unwrap_or(self.worker_rate)
     }
 
-    pub fn new(config: &Config, backlog: Option<u64>) -> Plan {
+    pub fn new(config: &Config, backlog: Option<u64>) -> DrainPlan {
         let worker_rate = match &config.leases {
             Some(l) => l.reserved,
             None => config.rate.records_per_second,
         };
-        let mut plan = Plan {
+        let mut plan = DrainPlan {
             backlog,
             backlog_note: None,
             worker_rate,
@@ -131,7 +131,7 @@ impl Plan {
         mut self,
         config: &Config,
         store: &dyn LeaseStore,
-    ) -> Result<Plan, crate::lease::LeaseError> {
+    ) -> Result<DrainPlan, crate::lease::LeaseError> {
         let Some(l) = &config.leases else {
             return Ok(self);
         };
@@ -161,7 +161,7 @@ impl Plan {
     }
 }
 
-impl std::fmt::Display for Plan {
+impl std::fmt::Display for DrainPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.backlog {
             Some(b) => write!(f, "{} records queued", thousands(b))?,
@@ -242,7 +242,7 @@ mod tests {
 
     #[test]
     fn eta_is_backlog_over_rate() {
-        let mut plan = Plan {
+        let mut plan = DrainPlan {
             backlog: Some(1_234_567),
             backlog_note: None,
             worker_rate: 800.0,

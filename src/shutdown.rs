@@ -1,57 +1,23 @@
-//! Shutdown is plumbed explicitly: whoever must stop holds a `Shutdown` and is told once.
+//! Shutdown is plumbed explicitly: whoever must stop holds a clone of one
+//! `CancellationToken` (tokio_util's) and is told once; this module cancels it on a signal
+//! or at the deadline.
 
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, Clone)]
-pub struct Shutdown {
-    rx: watch::Receiver<bool>,
-}
-
-/// The sending side; dropping it does not trigger shutdown.
-#[derive(Debug)]
-pub struct ShutdownTrigger {
-    tx: watch::Sender<bool>,
-}
-
-pub fn channel() -> (ShutdownTrigger, Shutdown) {
-    let (tx, rx) = watch::channel(false);
-    (ShutdownTrigger { tx }, Shutdown { rx })
-}
-
-impl ShutdownTrigger {
-    pub fn trigger(&self) {
-        let _ = self.tx.send(true);
-    }
-}
-
-impl Shutdown {
-    /// A `Shutdown` that is never requested.
-    pub fn never() -> Shutdown {
-        channel().1
-    }
-
-    /// Resolves once shutdown was requested (at once if it already was).
-    pub async fn requested(&mut self) {
-        if self.rx.wait_for(|stop| *stop).await.is_err() {
-            // The trigger is gone and never fired: never resolve.
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// A `Shutdown` that fires on SIGINT or SIGTERM.
-pub fn on_signals() -> Shutdown {
+/// A token cancelled on SIGINT or SIGTERM.
+pub fn on_signals() -> CancellationToken {
     on_signals_or_deadline(None, std::sync::Arc::default())
 }
 
-/// A `Shutdown` that fires on SIGINT or SIGTERM, or at `deadline` (`--deadline`: a
+/// A token cancelled on SIGINT or SIGTERM, or at `deadline` (`--deadline`: a
 /// one-shot job stops pulling, finishes what is in flight and exits 0); `reached` is set
 /// when it was the deadline.
 pub fn on_signals_or_deadline(
     deadline: Option<tokio::time::Instant>,
     reached: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> Shutdown {
-    let (trigger, shutdown) = channel();
+) -> CancellationToken {
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     tokio::spawn(async move {
         let deadline = async {
             match deadline {
@@ -83,7 +49,7 @@ pub fn on_signals_or_deadline(
         } else {
             tracing::info!("shutdown requested: no more pulls, finishing batches in flight");
         }
-        trigger.trigger();
+        trigger.cancel();
     });
     shutdown
 }

@@ -70,6 +70,34 @@ pub struct Stats {
     pub held: AtomicBool,
 }
 
+/// Records settled per outcome, `outcome` its label; [`Stats::settled`] counts them.
+pub const ITEMS: &str = "sluice_sink_items_total";
+
+/// What became of records the sink took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    Written,
+    Duplicate,
+    Deleted,
+    Stale,
+    Superseded,
+    SkippedBySink,
+}
+
+impl Settled {
+    /// Its label in [`ITEMS`].
+    pub fn label(self) -> &'static str {
+        match self {
+            Settled::Written => "written",
+            Settled::Duplicate => "duplicate",
+            Settled::Deleted => "deleted",
+            Settled::Stale => "stale",
+            Settled::Superseded => "superseded",
+            Settled::SkippedBySink => "skipped_by_sink",
+        }
+    }
+}
+
 /// Latencies in buckets 5% apart from 0.1 ms to about 2 minutes: percentiles within 5%,
 /// in constant memory, updated without locks.
 #[derive(Debug)]
@@ -135,6 +163,21 @@ impl Default for SinkLimits {
 impl Stats {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
+    }
+
+    /// Counts `n` records settled as `outcome`, in these counters and in [`ITEMS`] by the
+    /// same call, so the summary and the metrics cannot disagree.
+    pub fn settled(&self, outcome: Settled, n: u64) {
+        metrics::counter!(ITEMS, "outcome" => outcome.label()).increment(n);
+        let counter = match outcome {
+            Settled::Written => &self.written,
+            Settled::Duplicate => &self.duplicates,
+            Settled::Deleted => &self.deleted,
+            Settled::Stale => &self.stale,
+            Settled::Superseded => &self.superseded,
+            Settled::SkippedBySink => &self.skipped_by_sink,
+        };
+        Stats::add(counter, n);
     }
 
     pub fn sink_limit(&self, unit: Unit) -> &AtomicF64 {

@@ -26,13 +26,13 @@ use sluice::decode::Decoder;
 use sluice::pipeline::clock::TokioClock;
 use sluice::pipeline::{Pipeline, RunOptions};
 use sluice::record::{DeadLetter, Position, Record, Row};
-use sluice::shutdown;
 use sluice::sim_sink::overload::{Action, Answer, Overload};
 use sluice::sink::{Sink, WriteOutcome};
 use sluice::source::{Backlog, Pulled, Source, SourceError};
 use sluice::stats::Stats;
 use sluice::write::{WritePath, WriteSettings};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// Endless records, one per request.
 struct Endless {
@@ -95,7 +95,7 @@ struct ModelSink {
     overload: Overload,
     timeout: Duration,
     requests: usize,
-    done: Mutex<Option<shutdown::ShutdownTrigger>>,
+    done: Mutex<Option<CancellationToken>>,
     /// More requests than this arriving within a second are deferred (Vector's `rate`).
     per_second: Option<usize>,
     arrivals: Mutex<VecDeque<Duration>>,
@@ -165,7 +165,7 @@ impl Sink for ModelSink {
             && self.taken.fetch_add(1, Ordering::SeqCst) + 1 == self.requests
             && let Some(done) = self.done.lock().unwrap().take()
         {
-            done.trigger();
+            done.cancel();
         }
         outcome
     }
@@ -238,7 +238,8 @@ async fn run_with(
     batch: usize,
     requests: usize,
 ) -> Vec<Request> {
-    let (trigger, stopped) = shutdown::channel();
+    let stopped = CancellationToken::new();
+    let trigger = stopped.clone();
     let sink = Arc::new(ModelSink {
         start: Instant::now(),
         overload,

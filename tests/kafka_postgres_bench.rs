@@ -273,9 +273,13 @@ async fn sluice_upsert(config: &Path, table: &str, batches: &[Vec<Record>], even
         })
         .collect();
     let sink = Arc::new(
-        PostgresSink::open(&config.sink, &config.sink_opening())
-            .await
-            .unwrap(),
+        PostgresSink::open(
+            &config.sink,
+            config.sink.postgres().expect("a PostgreSQL sink"),
+            &config.sink_opening(),
+        )
+        .await
+        .unwrap(),
     );
     in_flight(rows, events, move |rows: Vec<Row>| {
         let sink = sink.clone();

@@ -13,12 +13,12 @@ use sluice::decode::Decoder;
 use sluice::pipeline::clock::TokioClock;
 use sluice::pipeline::{Pipeline, RunOptions};
 use sluice::record::{DeadLetter, Position, Record, Row};
-use sluice::shutdown;
 use sluice::sink::{Sink, WriteOutcome};
 use sluice::source::{Backlog, Pulled, Source, SourceError};
 use sluice::stats::Stats;
 use sluice::write::{WritePath, WriteSettings};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 struct CountingSource {
     next: u64,
@@ -165,7 +165,7 @@ fn per_window(sink: &TimingSink) -> Vec<usize> {
 #[tokio::test(start_paused = true)]
 async fn exactly_twenty_per_window_at_100_per_second() {
     let (p, sink, acked) = pipeline(100.0, 500, Duration::ZERO, 4, 1000);
-    let summary = p.run(shutdown::channel().1).await.unwrap();
+    let summary = p.run(CancellationToken::new()).await.unwrap();
     assert_eq!(summary.written, 500);
     assert_eq!(acked.load(Ordering::SeqCst), 500);
     let windows = per_window(&sink);
@@ -184,7 +184,7 @@ async fn exactly_twenty_per_window_at_100_per_second() {
 async fn a_rate_change_applies_at_the_next_tick_without_a_burst() {
     let (p, sink, _) = pipeline(100.0, 1_000, Duration::ZERO, 4, 1000);
     let rate = p.target_rate();
-    let run = tokio::spawn(p.run(shutdown::channel().1));
+    let run = tokio::spawn(p.run(CancellationToken::new()));
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     rate.set(200.0);
     tokio::time::sleep(Duration::from_millis(2_000)).await;
@@ -204,7 +204,7 @@ async fn a_rate_change_applies_at_the_next_tick_without_a_burst() {
 async fn batches_in_flight_never_exceed_the_limit() {
     // 1,000/s wants 200 per tick; batches of 50 taking 1 s each, at most 2 at once.
     let (p, sink, acked) = pipeline(1_000.0, 2_000, Duration::from_secs(1), 2, 50);
-    let summary = p.run(shutdown::channel().1).await.unwrap();
+    let summary = p.run(CancellationToken::new()).await.unwrap();
     assert_eq!(summary.written, 2_000);
     assert_eq!(acked.load(Ordering::SeqCst), 2_000);
     assert_eq!(sink.peak_in_flight.load(Ordering::SeqCst), 2);
@@ -215,10 +215,11 @@ async fn batches_in_flight_never_exceed_the_limit() {
 async fn shutdown_stops_pulling_and_settles_what_is_in_flight() {
     let (p, sink, acked) = pipeline(100.0, 10_000, Duration::from_millis(300), 4, 1000);
     let stats = p.stats();
-    let (trigger, shutdown) = shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let run = tokio::spawn(p.run(shutdown));
     tokio::time::sleep(Duration::from_millis(1_050)).await;
-    trigger.trigger();
+    trigger.cancel();
     let summary = run.await.unwrap().unwrap();
     let written: usize = sink.writes.lock().unwrap().iter().map(|(_, n)| n).sum();
     assert_eq!(summary.pulled, 100, "five ticks of 20 before the stop");
@@ -282,13 +283,14 @@ async fn shutdown_during_a_retry_after_pause_stops_at_once_and_acknowledges_noth
             rate_ceiling: None,
         },
     );
-    let (trigger, shutdown) = shutdown::channel();
+    let shutdown = CancellationToken::new();
+    let trigger = shutdown.clone();
     let run = tokio::spawn(p.run(shutdown));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let sent = sink.writes.load(Ordering::SeqCst);
     assert!(sent >= 1, "a write went out and was throttled");
     let asked = Instant::now();
-    trigger.trigger();
+    trigger.cancel();
     let summary = run
         .await
         .unwrap()
@@ -372,7 +374,7 @@ async fn a_worker_granted_nothing_still_watches_its_source() {
     );
     let rate = p.target_rate();
     rate.set(0.0);
-    let run = tokio::spawn(p.run(shutdown::channel().1));
+    let run = tokio::spawn(p.run(CancellationToken::new()));
     tokio::time::sleep(Duration::from_millis(1_050)).await;
     assert_eq!(watched.load(Ordering::SeqCst), 5, "watched once a tick");
     assert!(sink.writes.lock().unwrap().is_empty(), "nothing granted");
@@ -390,7 +392,7 @@ async fn a_worker_granted_nothing_still_watches_its_source() {
 async fn freed_slots_are_refilled_at_once_while_tokens_allow() {
     let latency = Duration::from_millis(70);
     let (p, sink, _) = pipeline(1_000.0, 2_000, latency, 4, 10);
-    p.run(shutdown::channel().1).await.unwrap();
+    p.run(CancellationToken::new()).await.unwrap();
     let writes = sink.writes.lock().unwrap().clone();
     let first = writes.first().unwrap().0;
     let span = writes.last().unwrap().0 + latency - first;
@@ -401,7 +403,7 @@ async fn freed_slots_are_refilled_at_once_while_tokens_allow() {
 
     // 300 rec/s: the cadence binds, 60 records per window at most.
     let (p, sink, _) = pipeline(300.0, 1_200, latency, 4, 10);
-    p.run(shutdown::channel().1).await.unwrap();
+    p.run(CancellationToken::new()).await.unwrap();
     let windows = per_window(&sink);
     assert!(windows.iter().all(|&n| n <= 60), "{windows:?}");
     assert!(
@@ -418,7 +420,7 @@ async fn freed_slots_are_refilled_at_once_while_tokens_allow() {
 async fn a_slot_waiting_for_the_bucket_is_filled_as_it_refills() {
     let (p, sink, acked) = pipeline(1_000.0, 2_000, Duration::ZERO, 2, 10);
     let started = Instant::now();
-    let summary = p.run(shutdown::channel().1).await.unwrap();
+    let summary = p.run(CancellationToken::new()).await.unwrap();
     let took = started.elapsed();
     assert_eq!(summary.written, 2_000);
     assert_eq!(acked.load(Ordering::SeqCst), 2_000);

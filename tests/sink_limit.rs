@@ -31,7 +31,7 @@ use common::*;
 use sluice::sim_sink::measure::{
     Tolerance, after, on_target, rate, second_half, target, time_to_full,
 };
-use sluice::sim_sink::{OutageMode, RetryAfterStyle, SimSink, SimSinkConfig, SimStats, Unit};
+use sluice::sim_sink::{BucketUnit, OutageMode, RetryAfterStyle, SimSink, SimSinkConfig, SimStats};
 
 /// The records-limited sink's capacity, and what the others' units come to in records.
 const CAPACITY: f64 = 1000.0;
@@ -45,7 +45,7 @@ struct Sim {
 }
 
 impl Sim {
-    fn start(unit: Unit, capacity: f64, configure: impl FnOnce(&mut SimSinkConfig)) -> Sim {
+    fn start(unit: BucketUnit, capacity: f64, configure: impl FnOnce(&mut SimSinkConfig)) -> Sim {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -157,12 +157,12 @@ fn drain(sim: &Sim, records: usize, worker: &Worker, limit: Duration) -> (Finish
 /// Records the sink took per window from the first that took any to the one before the
 /// last, without the first `SETTLING`.
 fn settled(stats: &SimStats) -> Vec<u64> {
-    after(&stats.steady(Unit::Records), SETTLING).to_vec()
+    after(&stats.steady(BucketUnit::Records), SETTLING).to_vec()
 }
 
 /// The common figures of a run, printed on one line.
 fn report(name: &str, run: &Finished, stats: &SimStats, records: usize) -> String {
-    let steady = stats.steady(Unit::Records);
+    let steady = stats.steady(BucketUnit::Records);
     format!(
         "{name}: {} of {records} stored in {:.1} s{}; {} requests, {:.1}% throttled \
          ({} answered 503); records sent/delivered {:.3}; {:.0} rec/s over the second half, \
@@ -208,7 +208,7 @@ fn requests_limited_sink_with_whole_second_retry_after() {
 fn requests_limited(style: RetryAfterStyle) {
     // A gateway taking 20 requests/s (burst 10) that answers 429 with Retry-After; the
     // worker asks 1,000 rec/s at a 20 ms tick: 50 requests/s if it sent one per tick.
-    let sim = Sim::start(Unit::Requests, 20.0, |c| {
+    let sim = Sim::start(BucketUnit::Requests, 20.0, |c| {
         c.burst = 10;
         c.retry_after = style;
     });
@@ -219,7 +219,7 @@ fn requests_limited(style: RetryAfterStyle) {
         max_batch: 500,
     };
     let (run, stats) = drain(&sim, records, &worker, Duration::from_secs(40));
-    let half = rate(second_half(&stats.steady(Unit::Records)));
+    let half = rate(second_half(&stats.steady(BucketUnit::Records)));
     eprintln!("{}", report("requests-limited", &run, &stats, records));
     assert_all_landed_once(&run, &stats, records);
     assert!(half >= 900.0, "{half:.0} rec/s over the second half");
@@ -232,7 +232,7 @@ fn bytes_limited_sink_over_asked_four_times() {
     // 100 kB of request body per second: about 1,000 of these records in sluice's
     // envelope. The worker asks four times what fits.
     let capacity = 100_000.0;
-    let sim = Sim::start(Unit::Bytes, capacity, |_| {});
+    let sim = Sim::start(BucketUnit::Bytes, capacity, |_| {});
     let records = 8_000;
     let worker = Worker {
         records_per_second: 4.0 * CAPACITY,
@@ -242,7 +242,7 @@ fn bytes_limited_sink_over_asked_four_times() {
     let (run, stats) = drain(&sim, records, &worker, Duration::from_secs(40));
     let per_record = stats.bytes_accepted as f64 / stats.accepted.max(1) as f64;
     let fits = capacity / per_record;
-    let half = rate(second_half(&stats.steady(Unit::Records)));
+    let half = rate(second_half(&stats.steady(BucketUnit::Records)));
     eprintln!(
         "{}; {fits:.0} rec/s fit, second half at {:.0}% of that",
         report("bytes-limited 4x", &run, &stats, records),
@@ -259,7 +259,7 @@ fn bytes_limited_sink_over_asked_four_times() {
 
 #[test]
 fn records_limited_sink_over_asked_four_times_is_held_on_target() {
-    let sim = Sim::start(Unit::Records, CAPACITY, |_| {});
+    let sim = Sim::start(BucketUnit::Records, CAPACITY, |_| {});
     // Learning costs the requests throttled while the worker finds the limit: two or three
     // of 80 records or fewer, once (2-3% of this drain).
     let records = 8_000;
@@ -283,14 +283,14 @@ fn records_limited_sink_over_asked_four_times_is_held_on_target() {
     // rec/s once): windows are judged loosely, as the machine's load shows in them.
     assert!(stats.sent_per_delivered() <= 1.03);
     assert!(held >= 0.5, "{:.0}% of windows on target", held * 100.0);
-    let steady = rate(&stats.steady(Unit::Records));
+    let steady = rate(&stats.steady(BucketUnit::Records));
     assert!(steady >= 0.5 * CAPACITY, "{steady:.0} rec/s steady");
 }
 
 /// A worker told the capacity holds it: nothing to learn, nothing throttled.
 #[test]
 fn told_the_exact_capacity_lands_on_target() {
-    let sim = Sim::start(Unit::Records, CAPACITY, |_| {});
+    let sim = Sim::start(BucketUnit::Records, CAPACITY, |_| {});
     let records = 6_000;
     let worker = Worker {
         records_per_second: CAPACITY,
@@ -317,8 +317,8 @@ fn after_a_30_s_outage_capacity_is_regained_within_2_s() {
     const OUTAGE: Duration = Duration::from_secs(30);
     let records = 6_000;
     let sims = [
-        Sim::start(Unit::Records, CAPACITY, |_| {}),
-        Sim::start(Unit::Records, CAPACITY, |_| {}),
+        Sim::start(BucketUnit::Records, CAPACITY, |_| {}),
+        Sim::start(BucketUnit::Records, CAPACITY, |_| {}),
     ];
     let workers = [CAPACITY, 4.0 * CAPACITY].map(|records_per_second| Worker {
         records_per_second,
@@ -354,7 +354,7 @@ fn after_a_30_s_outage_capacity_is_regained_within_2_s() {
     for (i, name) in ["told the capacity", "asked 4x"].into_iter().enumerate() {
         let stats = sims[i].stats();
         let end = ends[i].expect("the outage started");
-        let counts = stats.counts(Unit::Records);
+        let counts = stats.counts(BucketUnit::Records);
         let recovery = time_to_full(&counts, end, 0.9 * CAPACITY);
         let seconds: Vec<u64> = after(&counts, end)
             .chunks(5)

@@ -14,13 +14,13 @@
 //! Every scenario is sized so that a client sending batches of 100 can deliver about the
 //! same records per second in each unit.
 
-use sluice::sim_sink::Unit;
+use sluice::sim_sink::BucketUnit;
 
 use crate::strategy::BATCH;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limit {
-    pub unit: Unit,
+    pub unit: BucketUnit,
     /// Per second, in `unit`.
     pub capacity: f64,
     /// What sluice told the capacity is given: records per second that fit…
@@ -32,7 +32,7 @@ pub struct Limit {
 impl Limit {
     pub fn records(capacity: f64) -> Limit {
         Limit {
-            unit: Unit::Records,
+            unit: BucketUnit::Records,
             capacity,
             records_per_second: capacity,
             max_batch: None,
@@ -41,7 +41,7 @@ impl Limit {
 
     pub fn requests(capacity: f64) -> Limit {
         Limit {
-            unit: Unit::Requests,
+            unit: BucketUnit::Requests,
             capacity,
             records_per_second: capacity * BATCH as f64,
             max_batch: Some(BATCH),
@@ -51,7 +51,7 @@ impl Limit {
     /// `records_per_second` of sluice's envelope, `bytes_per_record` each.
     pub fn bytes(records_per_second: f64, bytes_per_record: f64) -> Limit {
         Limit {
-            unit: Unit::Bytes,
+            unit: BucketUnit::Bytes,
             capacity: (records_per_second * bytes_per_record).round(),
             records_per_second,
             max_batch: None,
@@ -61,9 +61,9 @@ impl Limit {
     /// "records", "requests", "bytes": file names and the strategies' flags.
     pub fn name(&self) -> &'static str {
         match self.unit {
-            Unit::Records => "records",
-            Unit::Requests => "requests",
-            Unit::Bytes => "bytes",
+            BucketUnit::Records => "records",
+            BucketUnit::Requests => "requests",
+            BucketUnit::Bytes => "bytes",
         }
     }
 
@@ -72,12 +72,12 @@ impl Limit {
     pub fn describe(&self) -> String {
         let told = self.records_per_second;
         match self.unit {
-            Unit::Records => format!("{} rec/s", self.capacity),
-            Unit::Requests => format!(
+            BucketUnit::Records => format!("{} rec/s", self.capacity),
+            BucketUnit::Requests => format!(
                 "{} requests/s ({told} rec/s in batches of {BATCH})",
                 self.capacity
             ),
-            Unit::Bytes => format!(
+            BucketUnit::Bytes => format!(
                 "{} body bytes/s ({told:.0} rec/s in sluice's envelope)",
                 self.capacity
             ),
@@ -96,9 +96,9 @@ impl Limit {
 
     pub fn from_args(unit: &str, capacity: f64) -> Limit {
         let unit = match unit {
-            "records" => Unit::Records,
-            "requests" => Unit::Requests,
-            "bytes" => Unit::Bytes,
+            "records" => BucketUnit::Records,
+            "requests" => BucketUnit::Requests,
+            "bytes" => BucketUnit::Bytes,
             other => panic!("unknown unit {other}"),
         };
         Limit {

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use sluice::sim_sink::Unit;
+use sluice::sim_sink::BucketUnit;
 use sluice::sim_sink::measure::{Tolerance, on_target, sigma, target, time_to_full};
 
 use crate::scenario::{OutageSpan, Run};
@@ -57,7 +57,7 @@ pub fn drain_table(runs: &[Run]) -> String {
         let seconds = run.elapsed.as_secs_f64();
         let unit = run.limit.unit;
         let goodput = run.sink.accepted_in(unit) as f64 / seconds / run.limit.capacity;
-        let windows = run.sink.steady(Unit::Records);
+        let windows = run.sink.steady(BucketUnit::Records);
         let goal = records_target(run);
         writeln!(
             t,

@@ -10,7 +10,7 @@ use sqlx::postgres::PgConnection;
 use super::{Probe, within, writable};
 use crate::config::Config;
 use crate::redact::redact;
-use crate::sink::postgres::catalog::{self, Judged, TableUse};
+use crate::sink::postgres::catalog::{self, JudgedTable, TableUse};
 use crate::sink::postgres::sqlstate::describe;
 use crate::sink::postgres::tables::{Target, dead_letter_table};
 use crate::sink::settings::SinkKind;
@@ -157,7 +157,7 @@ fn sqlite(url: &str) -> Result<String, String> {
 pub(super) struct PgFindings {
     /// How the connection went: TLS or not, and as which role.
     pub(super) note: String,
-    pub(super) tables: Vec<(String, Judged)>,
+    pub(super) tables: Vec<(String, JudgedTable)>,
 }
 
 impl PgFindings {

@@ -34,7 +34,7 @@ pub(super) async fn plan(args: ReportArgs) -> u8 {
             return EXIT_RUNTIME;
         }
     };
-    let mut plan = crate::plan::Plan::new(&config, backlog.records);
+    let mut plan = crate::plan::DrainPlan::new(&config, backlog.records);
     plan.backlog_note = backlog.note;
     for probe in &config.health.probe {
         plan.health

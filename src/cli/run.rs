@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 use clap::{Args, ValueEnum};
 
@@ -192,7 +193,7 @@ async fn drain(
 ) -> Result<Summary, Failure> {
     let started = tokio::time::Instant::now();
     let deadline_reached = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut shutdown = shutdown::on_signals_or_deadline(
+    let shutdown = shutdown::on_signals_or_deadline(
         args.deadline.map(|d| started + d),
         deadline_reached.clone(),
     );
@@ -208,9 +209,7 @@ async fn drain(
         },
         e => format!("cannot open the source: {e}").into(),
     })?;
-    let sink = match sink::open_when_ready(&config.sink, &config.sink_opening(), &mut shutdown)
-        .await
-    {
+    let sink = match sink::open_when_ready(&config.sink, &config.sink_opening(), &shutdown).await {
         Ok(Some(sink)) => sink,
         Ok(None) => {
             note_remaining(source.as_mut(), &stats).await;
@@ -276,7 +275,8 @@ async fn drain(
                 .map_or("(no critical limit)".to_string(), |c| c.to_string())
         );
     }
-    let (keeper_stop, keeper_shutdown) = shutdown::channel();
+    let keeper_shutdown = CancellationToken::new();
+    let keeper_stop = keeper_shutdown.clone();
     let keeper = match (&config.leases, pool) {
         (Some(l), Some((store, definition))) => {
             let keeper = lease_keeper(
@@ -330,7 +330,7 @@ async fn drain(
     if let Some(t) = telemetry {
         t.abort();
     }
-    keeper_stop.trigger();
+    keeper_stop.cancel();
     if let Some(k) = keeper {
         let _ = k.await;
     }

@@ -10,7 +10,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod backoffs;
-mod concurrency;
 mod environment;
 pub mod kinds;
 mod leases;
@@ -22,15 +21,15 @@ pub mod schema;
 mod secrets;
 mod shutdown;
 mod telemetry;
-mod throttle;
 
+pub use crate::control::limit::settings::{ConcurrencyAlgorithm, ConcurrencyConfig};
+pub use crate::control::throttle::settings::ThrottleConfig;
 use crate::health::settings::HealthConfig;
 use crate::settings::{ConfigError, Problems};
 use crate::sink::settings::{SinkBackend, SinkKind, SinkSettings};
 use crate::source::settings::{SourceKind, SourceSettings};
 use crate::source::{Extent, Opening};
 pub use backoffs::Backoffs;
-pub use concurrency::{ConcurrencyAlgorithm, ConcurrencyConfig};
 use environment::{kafka_properties_from_env, unknown_variables};
 pub use leases::LeasesConfig;
 pub use rate::RateConfig;
@@ -38,7 +37,6 @@ pub use retry::RetryConfig;
 pub use secrets::RedactConfig;
 pub use shutdown::ShutdownConfig;
 pub use telemetry::TelemetryConfig;
-pub use throttle::ThrottleConfig;
 
 pub use origin::ConfigOrigin;
 
@@ -92,8 +90,8 @@ impl Config {
 
     /// How the sink is opened: a pool as large as the writes in flight, HTTP waits capped
     /// at `retry.max_delay`, and the outage backoff.
-    pub fn sink_opening(&self) -> crate::sink::Opening {
-        crate::sink::Opening {
+    pub fn sink_opening(&self) -> crate::sink::SinkOpening {
+        crate::sink::SinkOpening {
             most_in_flight: self.concurrency.max,
             longest_wait: self.retry.max_delay,
             outage: self.backoffs().outage,

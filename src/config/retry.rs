@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::schema;
+use crate::control::retry_budget::RetryBudget;
 use crate::settings::Problems;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -59,6 +60,15 @@ impl Default for RetryConfig {
 }
 
 impl RetryConfig {
+    /// The budget that caps retries.
+    pub fn budget(&self) -> RetryBudget {
+        RetryBudget::new(
+            self.budget_ratio,
+            self.budget_min_per_second,
+            self.budget_window,
+        )
+    }
+
     pub(super) fn validate(&self, p: &mut Problems) {
         let r = self;
         p.positive_duration("retry.min_delay", r.min_delay);

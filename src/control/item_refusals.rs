@@ -50,7 +50,7 @@ struct Cut {
 
 /// What a part-refused answer means.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Verdict {
+pub enum RefusalVerdict {
     /// No signal: the refused items are resent, nothing more.
     Noise,
     /// A push-back of this share of the items, beyond the sink's own share: the share of
@@ -90,7 +90,7 @@ impl ItemRefusals {
         refused: u64,
         sent: u64,
         rate: f64,
-    ) -> Verdict {
+    ) -> RefusalVerdict {
         self.push(Answer {
             sent_at,
             at: now,
@@ -109,12 +109,12 @@ impl ItemRefusals {
             let full = (1.0 - (1.0 - cut.share) * cut.rate / rate.max(f64::MIN_POSITIVE)).max(0.0);
             if since - self.own >= (cut.share + full) / 2.0 && since <= MOST {
                 self.own = since;
-                return Verdict::Misread { rate: cut.rate };
+                return RefusalVerdict::Misread { rate: cut.rate };
             }
         }
         let excess = share - self.own;
         if excess < NOISE {
-            return Verdict::Noise;
+            return RefusalVerdict::Noise;
         }
         self.cut.get_or_insert(Cut {
             at: now,
@@ -122,7 +122,7 @@ impl ItemRefusals {
             share: excess,
         });
         let this = refused as f64 / sent.max(refused).max(1) as f64 - self.own;
-        Verdict::PushBack(excess.max(this))
+        RefusalVerdict::PushBack(excess.max(this))
     }
 
     fn push(&mut self, answer: Answer) {
@@ -191,8 +191,8 @@ mod tests {
         span: u64,
         items: u64,
         share: f64,
-        rate: &dyn Fn(&[Verdict]) -> f64,
-    ) -> Vec<Verdict> {
+        rate: &dyn Fn(&[RefusalVerdict]) -> f64,
+    ) -> Vec<RefusalVerdict> {
         let mut verdicts = Vec::new();
         for at in (from..from + span).step_by(20) {
             let refused = (items as f64 * share).round() as u64;
@@ -209,7 +209,7 @@ mod tests {
     fn a_few_refused_are_no_signal() {
         let mut r = ItemRefusals::default();
         let v = run(&mut r, 0, 5000, 200, 0.02, &|_| 5000.0);
-        assert!(v.iter().all(|v| *v == Verdict::Noise), "{v:?}");
+        assert!(v.iter().all(|v| *v == RefusalVerdict::Noise), "{v:?}");
     }
 
     #[test]
@@ -218,7 +218,7 @@ mod tests {
         let mut r = ItemRefusals::default();
         let v = run(&mut r, 0, 100, 200, 0.4, &|_| 5000.0);
         assert!(
-            matches!(v[0], Verdict::PushBack(s) if (s - 0.4).abs() < 0.01),
+            matches!(v[0], RefusalVerdict::PushBack(s) if (s - 0.4).abs() < 0.01),
             "{v:?}"
         );
         let v = run(&mut r, 100, 2000, 200, 0.0, &|_| 3000.0);
@@ -226,9 +226,13 @@ mod tests {
         // Later, over it again: a push-back (once the share of the last second tells),
         // not the sink's own share.
         let v = run(&mut r, 2100, 500, 200, 0.3, &|_| 3000.0);
-        assert!(v.iter().any(|v| matches!(v, Verdict::PushBack(_))), "{v:?}");
         assert!(
-            !v.iter().any(|v| matches!(v, Verdict::Misread { .. })),
+            v.iter().any(|v| matches!(v, RefusalVerdict::PushBack(_))),
+            "{v:?}"
+        );
+        assert!(
+            !v.iter()
+                .any(|v| matches!(v, RefusalVerdict::Misread { .. })),
             "{v:?}"
         );
     }
@@ -237,20 +241,22 @@ mod tests {
     fn a_share_that_stays_when_the_rate_falls_is_the_sinks_own() {
         let mut r = ItemRefusals::default();
         // 20% refused whatever the rate: pushed back once, then the rate is restored.
-        let cut = |v: &[Verdict]| {
-            if v.iter().any(|v| matches!(v, Verdict::PushBack(_))) {
+        let cut = |v: &[RefusalVerdict]| {
+            if v.iter().any(|v| matches!(v, RefusalVerdict::PushBack(_))) {
                 3500.0
             } else {
                 5000.0
             }
         };
         let v = run(&mut r, 0, 2000, 200, 0.2, &cut);
-        assert!(matches!(v[0], Verdict::PushBack(_)), "{v:?}");
-        let misread = v.iter().position(|v| matches!(v, Verdict::Misread { .. }));
+        assert!(matches!(v[0], RefusalVerdict::PushBack(_)), "{v:?}");
+        let misread = v
+            .iter()
+            .position(|v| matches!(v, RefusalVerdict::Misread { .. }));
         let at = misread.expect("the share did not fall: a misreading");
-        assert_eq!(v[at], Verdict::Misread { rate: 5000.0 });
+        assert_eq!(v[at], RefusalVerdict::Misread { rate: 5000.0 });
         assert!(
-            v[at + 1..].iter().all(|v| *v == Verdict::Noise),
+            v[at + 1..].iter().all(|v| *v == RefusalVerdict::Noise),
             "{:?}",
             &v[at + 1..]
         );
@@ -258,7 +264,10 @@ mod tests {
         // for room is a push-back again.
         run(&mut r, 2000, 2000, 200, 0.0, &|_| 5000.0);
         let v = run(&mut r, 4000, 1000, 200, 0.2, &|_| 5000.0);
-        assert!(v.iter().any(|v| matches!(v, Verdict::PushBack(_))), "{v:?}");
+        assert!(
+            v.iter().any(|v| matches!(v, RefusalVerdict::PushBack(_))),
+            "{v:?}"
+        );
     }
 
     /// 4x a full sink's capacity: 75% refused; at half the rate it still refuses half,
@@ -267,10 +276,11 @@ mod tests {
     fn a_full_sink_refusing_less_as_the_rate_falls_is_no_misreading() {
         let mut r = ItemRefusals::default();
         let v = run(&mut r, 0, 100, 200, 0.75, &|_| 4000.0);
-        assert!(matches!(v[0], Verdict::PushBack(_)), "{v:?}");
+        assert!(matches!(v[0], RefusalVerdict::PushBack(_)), "{v:?}");
         let v = run(&mut r, 100, 1000, 200, 0.45, &|_| 2000.0);
         assert!(
-            !v.iter().any(|v| matches!(v, Verdict::Misread { .. })),
+            !v.iter()
+                .any(|v| matches!(v, RefusalVerdict::Misread { .. })),
             "{v:?}"
         );
     }
@@ -281,7 +291,7 @@ mod tests {
         let v = run(&mut r, 0, 3000, 200, 0.8, &|_| 1000.0);
         assert!(
             v.iter()
-                .all(|v| matches!(v, Verdict::PushBack(s) if *s > 0.7)),
+                .all(|v| matches!(v, RefusalVerdict::PushBack(s) if *s > 0.7)),
             "{v:?}"
         );
     }

@@ -14,6 +14,8 @@
 //! (answering 503) says nothing about its capacity, and only the growing pause spares it.
 //! Pure: the time comes in as an argument (time since the worker started).
 
+pub mod settings;
+
 use std::time::Duration;
 
 use rand::RngExt;

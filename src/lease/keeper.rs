@@ -17,8 +17,8 @@ use tokio::time::Instant;
 use super::LeaseStore;
 use crate::control::lease_table::{LeaseTable, PoolView};
 use crate::control::target_rate::TargetRate;
-use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+use tokio_util::sync::CancellationToken;
 
 pub struct LeaseKeeper {
     store: Arc<dyn LeaseStore>,
@@ -49,11 +49,11 @@ impl LeaseKeeper {
         }
     }
 
-    pub fn spawn(self, shutdown: Shutdown) -> JoinHandle<()> {
+    pub fn spawn(self, shutdown: CancellationToken) -> JoinHandle<()> {
         tokio::spawn(self.run(shutdown))
     }
 
-    async fn run(mut self, mut shutdown: Shutdown) {
+    async fn run(mut self, shutdown: CancellationToken) {
         let mut store_down = false;
         self.rate.set(self.table.rate(Instant::now()));
         loop {
@@ -61,7 +61,7 @@ impl LeaseKeeper {
             let pause = self.interval.mul_f64(rand::rng().random_range(0.5..=1.0));
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                _ = shutdown.requested() => break,
+                _ = shutdown.cancelled() => break,
             }
             let now = Instant::now();
             // Writes held by the database's health (or the operator) are no demand: the

@@ -4,14 +4,18 @@
 use super::key_order::{self, KeyOrder};
 use super::{DeliveryTask, Pipeline};
 use crate::record::Record;
-use crate::shutdown::Shutdown;
 use crate::write::delivery::{Batch, row_bytes};
+use tokio_util::sync::CancellationToken;
 
 impl Pipeline {
     /// Decodes records and starts their delivery (upsert: in its keys' turn): one batch, or
     /// several when their bytes exceed `sink.max_batch_bytes` (a larger record goes alone).
     /// Once `stop` fires, a batch only waiting to be retried is given up unacknowledged.
-    pub(super) fn dispatch(&self, records: Vec<Record>, stop: Shutdown) -> Vec<DeliveryTask> {
+    pub(super) fn dispatch(
+        &self,
+        records: Vec<Record>,
+        stop: CancellationToken,
+    ) -> Vec<DeliveryTask> {
         let max_bytes = self.options.max_batch_bytes.unwrap_or(u64::MAX);
         let mut batches = vec![Batch::default()];
         let mut bytes = 0u64;

@@ -12,9 +12,9 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use super::{InFlight, Pipeline, PipelineError};
 use crate::health::Verdict;
 use crate::record::Position;
-use crate::shutdown::Shutdown;
 use crate::stats::{Stats, Summary};
 use crate::write::delivery::FatalSinkError;
+use tokio_util::sync::CancellationToken;
 
 /// A free slot waiting for the bucket to refill looks again this soon at the earliest: a
 /// high rate refills it in microseconds, and the loop must not spin.
@@ -109,7 +109,7 @@ impl Run {
 
     /// Pulls and dispatches batches while a slot is free, something is allowed or banked,
     /// and the worker is neither paused nor held.
-    pub(super) async fn fill_free_slots(&mut self, shutdown: &Shutdown) {
+    pub(super) async fn fill_free_slots(&mut self, shutdown: &CancellationToken) {
         while !self.stopping()
             && (self.allowance > 0 || self.banked > 0)
             && self.in_flight.len() < self.pipeline.max_in_flight()
@@ -168,7 +168,7 @@ impl Run {
     }
 
     /// Pulls up to `want` records and starts their delivery; false when the source failed.
-    async fn pull(&mut self, want: u64, shutdown: &Shutdown) -> bool {
+    async fn pull(&mut self, want: u64, shutdown: &CancellationToken) -> bool {
         self.watch_due = false;
         let p = &mut self.pipeline;
         let pulled = match p.source.pull(want as usize).await {

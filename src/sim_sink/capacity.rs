@@ -1,5 +1,5 @@
 //! The emulated database's capacity: a token bucket refilled at `rate` per second up to
-//! `burst`, full at start, counting one [`Unit`] — records, requests or request-body bytes,
+//! `burst`, full at start, counting one [`BucketUnit`] — records, requests or request-body bytes,
 //! the three things real sinks limit (a database's rows, an API gateway's requests, a
 //! Kinesis-style byte quota). A request takes its cost in tokens, all or none.
 
@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// What the bucket counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Unit {
+pub enum BucketUnit {
     /// Each record in the request costs one token.
     #[default]
     Records,
@@ -21,22 +21,22 @@ pub enum Unit {
     Bytes,
 }
 
-impl Unit {
+impl BucketUnit {
     /// Tokens a request of `records` records in `body_bytes` bytes costs.
     pub fn cost(self, records: u64, body_bytes: u64) -> u64 {
         match self {
-            Unit::Records => records,
-            Unit::Requests => 1,
-            Unit::Bytes => body_bytes,
+            BucketUnit::Records => records,
+            BucketUnit::Requests => 1,
+            BucketUnit::Bytes => body_bytes,
         }
     }
 
     /// For messages: "rec/s", "req/s", "B/s".
     pub fn per_second(self) -> &'static str {
         match self {
-            Unit::Records => "rec/s",
-            Unit::Requests => "req/s",
-            Unit::Bytes => "B/s",
+            BucketUnit::Records => "rec/s",
+            BucketUnit::Requests => "req/s",
+            BucketUnit::Bytes => "B/s",
         }
     }
 
@@ -44,9 +44,9 @@ impl Unit {
     /// defines "requests" and "content-bytes"; "records" is this emulator's extension).
     pub fn quota_unit(self) -> &'static str {
         match self {
-            Unit::Records => "records",
-            Unit::Requests => "requests",
-            Unit::Bytes => "content-bytes",
+            BucketUnit::Records => "records",
+            BucketUnit::Requests => "requests",
+            BucketUnit::Bytes => "content-bytes",
         }
     }
 }
@@ -211,7 +211,7 @@ mod tests {
 
     /// Feeds `requests` of `records` records in `bytes` bytes each, one every `every`, to a
     /// bucket counting `unit`; returns how many were taken.
-    fn taken(unit: Unit, rate: f64, burst: u32, records: u64, bytes: u64, every: u64) -> u64 {
+    fn taken(unit: BucketUnit, rate: f64, burst: u32, records: u64, bytes: u64, every: u64) -> u64 {
         let mut c = Capacity::new(rate, burst);
         (0..1000u64)
             .filter(|i| c.try_take(unit.cost(records, bytes), ms(every * i)).is_ok())
@@ -222,23 +222,26 @@ mod tests {
     fn records_count_the_records_whatever_the_requests() {
         // 20 requests/s of 50 records in 2 kB into 500 rec/s: from the first ask to the
         // last (49.95 s) 24,975 records earned plus the burst of 1,000, in 50s: 519.
-        assert_eq!(taken(Unit::Records, 500.0, 1000, 50, 2000, 50), 519);
+        assert_eq!(taken(BucketUnit::Records, 500.0, 1000, 50, 2000, 50), 519);
         // The same records in one request a second go through whole.
-        assert_eq!(taken(Unit::Records, 500.0, 1000, 500, 20_000, 1000), 1000);
+        assert_eq!(
+            taken(BucketUnit::Records, 500.0, 1000, 500, 20_000, 1000),
+            1000
+        );
     }
 
     #[test]
     fn requests_count_one_each_whatever_they_carry() {
         // 20 requests/s, burst 10, asked 50 a second: over 19.98 s, 399.6 earned plus the
         // burst; the same with 1 record or 1000 in each.
-        assert_eq!(taken(Unit::Requests, 20.0, 10, 1, 60, 20), 409);
-        assert_eq!(taken(Unit::Requests, 20.0, 10, 1000, 60_000, 20), 409);
+        assert_eq!(taken(BucketUnit::Requests, 20.0, 10, 1, 60, 20), 409);
+        assert_eq!(taken(BucketUnit::Requests, 20.0, 10, 1000, 60_000, 20), 409);
         // Asked at the limit or below, nothing is refused.
-        assert_eq!(taken(Unit::Requests, 20.0, 10, 100, 6000, 50), 1000);
+        assert_eq!(taken(BucketUnit::Requests, 20.0, 10, 100, 6000, 50), 1000);
         let mut c = Capacity::new(20.0, 10);
         for _ in 0..10 {
             assert_eq!(
-                c.try_take(Unit::Requests.cost(5000, 1 << 20), ms(0)),
+                c.try_take(BucketUnit::Requests.cost(5000, 1 << 20), ms(0)),
                 Ok(())
             );
         }
@@ -250,23 +253,35 @@ mod tests {
     fn bytes_count_the_body() {
         // 10 kB/s, burst 10 kB, bodies of 1 kB every 50 ms (20 kB/s asked): over 49.95 s,
         // 499.5 kB earned plus the burst; whatever the records they hold.
-        assert_eq!(taken(Unit::Bytes, 10_000.0, 10_000, 1, 1000, 50), 509);
-        assert_eq!(taken(Unit::Bytes, 10_000.0, 10_000, 40, 1000, 50), 509);
+        assert_eq!(taken(BucketUnit::Bytes, 10_000.0, 10_000, 1, 1000, 50), 509);
+        assert_eq!(
+            taken(BucketUnit::Bytes, 10_000.0, 10_000, 40, 1000, 50),
+            509
+        );
         // 2 kB every 100 ms over 99.9 s: 1,009 kB in bodies of 2 kB.
-        assert_eq!(taken(Unit::Bytes, 10_000.0, 10_000, 1, 2000, 100), 504);
+        assert_eq!(
+            taken(BucketUnit::Bytes, 10_000.0, 10_000, 1, 2000, 100),
+            504
+        );
     }
 
     #[test]
     fn a_request_over_the_burst_waits_for_a_full_bucket_in_any_unit() {
         // 10 kB/s, burst 4 kB: a 5 kB body never fits; the answer is the time to fill.
         let mut c = Capacity::new(10_000.0, 4000);
-        assert_eq!(c.try_take(Unit::Bytes.cost(1, 5000), ms(0)), Err(ms(400)));
-        assert_eq!(c.try_take(Unit::Bytes.cost(1, 4000), ms(0)), Ok(()));
-        assert_eq!(c.try_take(Unit::Bytes.cost(1, 5000), ms(0)), Err(ms(400)));
+        assert_eq!(
+            c.try_take(BucketUnit::Bytes.cost(1, 5000), ms(0)),
+            Err(ms(400))
+        );
+        assert_eq!(c.try_take(BucketUnit::Bytes.cost(1, 4000), ms(0)), Ok(()));
+        assert_eq!(
+            c.try_take(BucketUnit::Bytes.cost(1, 5000), ms(0)),
+            Err(ms(400))
+        );
         // A request is never over a burst of requests.
         let mut c = Capacity::new(1.0, 1);
         assert_eq!(
-            c.try_take(Unit::Requests.cost(1_000_000, 1 << 30), ms(0)),
+            c.try_take(BucketUnit::Requests.cost(1_000_000, 1 << 30), ms(0)),
             Ok(())
         );
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::capacity::Unit;
+use super::capacity::BucketUnit;
 
 pub const WINDOW: Duration = Duration::from_millis(200);
 
@@ -62,11 +62,11 @@ pub struct SimStats {
     pub connections: u64,
     pub window_ms: u64,
     /// One entry per 200 ms window since the start.
-    pub windows: Vec<Window>,
+    pub windows: Vec<LedgerWindow>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Window {
+pub struct LedgerWindow {
     /// Records taken in this window.
     pub accepted: u64,
     pub requests: u64,
@@ -82,24 +82,24 @@ pub struct Window {
     pub bytes_received: u64,
 }
 
-impl Window {
+impl LedgerWindow {
     /// What this window took, counted in `unit`.
-    pub fn accepted_in(&self, unit: Unit) -> u64 {
+    pub fn accepted_in(&self, unit: BucketUnit) -> u64 {
         match unit {
-            Unit::Records => self.accepted,
-            Unit::Requests => self.requests_accepted,
-            Unit::Bytes => self.bytes_accepted,
+            BucketUnit::Records => self.accepted,
+            BucketUnit::Requests => self.requests_accepted,
+            BucketUnit::Bytes => self.bytes_accepted,
         }
     }
 }
 
 impl SimStats {
     /// Everything taken, counted in `unit`.
-    pub fn accepted_in(&self, unit: Unit) -> u64 {
+    pub fn accepted_in(&self, unit: BucketUnit) -> u64 {
         match unit {
-            Unit::Records => self.accepted,
-            Unit::Requests => self.requests_accepted,
-            Unit::Bytes => self.bytes_accepted,
+            BucketUnit::Records => self.accepted,
+            BucketUnit::Requests => self.requests_accepted,
+            BucketUnit::Bytes => self.bytes_accepted,
         }
     }
 }
@@ -185,10 +185,10 @@ impl Ledger {
         keys
     }
 
-    fn window(&mut self, now: Duration) -> &mut Window {
+    fn window(&mut self, now: Duration) -> &mut LedgerWindow {
         let i = (now.as_millis() / WINDOW.as_millis()) as usize;
         if self.stats.windows.len() <= i {
-            self.stats.windows.resize(i + 1, Window::default());
+            self.stats.windows.resize(i + 1, LedgerWindow::default());
         }
         &mut self.stats.windows[i]
     }
@@ -232,7 +232,7 @@ mod tests {
         assert_eq!(
             s.windows,
             vec![
-                Window {
+                LedgerWindow {
                     accepted: 2,
                     requests: 1,
                     rejected: 0,
@@ -240,8 +240,8 @@ mod tests {
                     bytes_accepted: 60,
                     bytes_received: 60,
                 },
-                Window::default(),
-                Window {
+                LedgerWindow::default(),
+                LedgerWindow {
                     accepted: 2,
                     requests: 2,
                     rejected: 1,
@@ -251,7 +251,7 @@ mod tests {
                 },
             ]
         );
-        let units = [Unit::Records, Unit::Requests, Unit::Bytes];
+        let units = [BucketUnit::Records, BucketUnit::Requests, BucketUnit::Bytes];
         assert_eq!(units.map(|u| s.windows[2].accepted_in(u)), [2, 1, 70]);
         assert_eq!(units.map(|u| s.accepted_in(u)), [4, 2, 130]);
         assert_eq!(l.keys(), ["a", "b", "c"]);

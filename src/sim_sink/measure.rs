@@ -1,22 +1,22 @@
 //! Figures from the emulator's ledger, shared by the scenario bench and the integration
 //! tests so both judge a run the same way: the steady part of a drain, its rate, how
 //! evenly it was spread over the 200 ms windows, how much was throttled, and how soon full
-//! goodput came back after an outage. Counts are per window in one [`Unit`].
+//! goodput came back after an outage. Counts are per window in one [`BucketUnit`].
 
 use std::time::Duration;
 
-use super::capacity::Unit;
+use super::capacity::BucketUnit;
 use super::ledger::{SimStats, WINDOW};
 
 impl SimStats {
     /// What each window took, in `unit`.
-    pub fn counts(&self, unit: Unit) -> Vec<u64> {
+    pub fn counts(&self, unit: BucketUnit) -> Vec<u64> {
         self.windows.iter().map(|w| w.accepted_in(unit)).collect()
     }
 
     /// The drain's steady part in `unit`: from the first window that took anything to the
     /// one before the last that did (which holds only the backlog's remainder).
-    pub fn steady(&self, unit: Unit) -> Vec<u64> {
+    pub fn steady(&self, unit: BucketUnit) -> Vec<u64> {
         let counts = self.counts(unit);
         let Some(first) = counts.iter().position(|&c| c > 0) else {
             return Vec::new();
@@ -110,7 +110,7 @@ pub fn time_to_full(counts: &[u64], end: Duration, full: f64) -> Option<Duration
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim_sink::Window;
+    use crate::sim_sink::LedgerWindow;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -118,12 +118,12 @@ mod tests {
 
     #[test]
     fn steady_part_in_each_unit() {
-        let w = |accepted, requests_accepted, bytes_accepted| Window {
+        let w = |accepted, requests_accepted, bytes_accepted| LedgerWindow {
             accepted,
             requests: requests_accepted,
             requests_accepted,
             bytes_accepted,
-            ..Window::default()
+            ..LedgerWindow::default()
         };
         let stats = SimStats {
             windows: vec![w(0, 0, 0), w(10, 1, 900), w(20, 2, 1800), w(3, 1, 200)],
@@ -133,12 +133,12 @@ mod tests {
             inserted: 33,
             ..SimStats::default()
         };
-        assert_eq!(stats.steady(Unit::Records), [10, 20]);
-        assert_eq!(stats.steady(Unit::Requests), [1, 2]);
-        assert_eq!(stats.steady(Unit::Bytes), [900, 1800]);
+        assert_eq!(stats.steady(BucketUnit::Records), [10, 20]);
+        assert_eq!(stats.steady(BucketUnit::Requests), [1, 2]);
+        assert_eq!(stats.steady(BucketUnit::Bytes), [900, 1800]);
         assert_eq!(stats.throttled_share(), 0.2);
         assert!((stats.sent_per_delivered() - 4.0 / 3.0).abs() < 1e-9);
-        assert!(SimStats::default().steady(Unit::Records).is_empty());
+        assert!(SimStats::default().steady(BucketUnit::Records).is_empty());
     }
 
     #[test]

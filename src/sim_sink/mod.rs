@@ -28,9 +28,9 @@ use clap::{Args, ValueEnum};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use capacity::Unit;
+pub use capacity::BucketUnit;
 pub use latency::LatencyModel;
-pub use ledger::{SimStats, Window};
+pub use ledger::{LedgerWindow, SimStats};
 pub use outage::OutageMode;
 pub use overload::{Action, Overload};
 
@@ -53,7 +53,7 @@ pub enum RetryAfterStyle {
 pub struct SimSinkConfig {
     pub listen: SocketAddr,
     /// What the bucket counts: records (the default), requests or body bytes.
-    pub unit: Unit,
+    pub unit: BucketUnit,
     /// `unit`s per second.
     pub capacity: f64,
     /// `unit`s the bucket holds: the most one request may cost.
@@ -79,7 +79,7 @@ impl SimSinkConfig {
     pub fn new(listen: SocketAddr, capacity: f64) -> Self {
         SimSinkConfig {
             listen,
-            unit: Unit::Records,
+            unit: BucketUnit::Records,
             capacity,
             burst: capacity.ceil().max(1.0) as u32,
             latency: LatencyModel::default(),
@@ -224,8 +224,8 @@ pub struct SimSinkArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// What the capacity counts: records, requests, or request-body bytes.
-    #[arg(long, value_enum, default_value_t = Unit::Records)]
-    unit: Unit,
+    #[arg(long, value_enum, default_value_t = BucketUnit::Records)]
+    unit: BucketUnit,
     /// Units (`--unit`) per second the emulated database takes.
     #[arg(long, default_value_t = 800.0)]
     capacity: f64,
@@ -309,7 +309,7 @@ impl SimSinkArgs {
         if !(self.refuse_share.is_finite() && (0.0..=1.0).contains(&self.refuse_share)) {
             return Err("--refuse-share must be between 0 and 1".into());
         }
-        if self.bulk && self.unit != Unit::Records {
+        if self.bulk && self.unit != BucketUnit::Records {
             return Err("--bulk counts documents: --unit must be records".into());
         }
         let mut config = SimSinkConfig::new(self.listen, self.capacity);
@@ -377,8 +377,8 @@ pub async fn run(args: SimSinkArgs) -> u8 {
         config.unit.per_second(),
         config.burst,
     );
-    let mut shutdown = crate::shutdown::on_signals();
-    shutdown.requested().await;
+    let shutdown = crate::shutdown::on_signals();
+    shutdown.cancelled().await;
     let stats = sink.stats();
     let _ = sink.stop().await;
     println!(

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::capacity::{Capacity, Unit};
+use super::capacity::{BucketUnit, Capacity};
 use super::documents::{Documents, Stored};
 use super::ledger::{Ledger, SimStats};
 use super::outage::{Outage, OutageMode};
@@ -36,7 +36,7 @@ pub struct Shared {
     reject_field: Option<String>,
     refuse_share: f64,
     retry_after: RetryAfterStyle,
-    unit: Unit,
+    unit: BucketUnit,
     /// The configured capacity, for RateLimit-Policy (what `set_capacity` changes later is
     /// not announced: a database that slows down does not say so).
     quota: f64,
@@ -285,7 +285,7 @@ fn read_items(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Item>, (StatusCode
 
 /// A 429 in `style`. Only the `ratelimit` style names the unit counted (its policy's
 /// `qu`); the others leave the client to find out which unit it exceeded.
-fn throttled(wait: Duration, style: RetryAfterStyle, quota: f64, unit: Unit) -> Response {
+fn throttled(wait: Duration, style: RetryAfterStyle, quota: f64, unit: BucketUnit) -> Response {
     let whole_seconds = wait.as_secs_f64().ceil() as u64;
     let mut response = (StatusCode::TOO_MANY_REQUESTS, "over capacity").into_response();
     let h = response.headers_mut();

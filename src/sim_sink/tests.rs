@@ -149,7 +149,7 @@ async fn until_throttled(sim: &SimSink, keys: usize) -> (u64, reqwest::header::H
 async fn the_bucket_counts_requests_or_body_bytes_and_the_policy_names_it() {
     // Requests: a burst of 3 takes three requests however many records they carry.
     let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1.0);
-    config.unit = Unit::Requests;
+    config.unit = BucketUnit::Requests;
     config.burst = 3;
     config.retry_after = RetryAfterStyle::Ratelimit;
     let sim = SimSink::start(config.clone()).await.unwrap();
@@ -166,7 +166,7 @@ async fn the_bucket_counts_requests_or_body_bytes_and_the_policy_names_it() {
 
     // Bytes: a burst of 1,000 body bytes at 2 B/s.
     let one_record = serde_json::to_vec(&batch(&["0000-0000"])).unwrap().len() as u64;
-    config.unit = Unit::Bytes;
+    config.unit = BucketUnit::Bytes;
     config.capacity = 2.0;
     config.burst = 1000;
     let sim = SimSink::start(config.clone()).await.unwrap();
@@ -210,10 +210,13 @@ fn the_unit_flag_defaults_to_records() {
         let cli = Cli::try_parse_from([&["sim-sink"], argv].concat()).unwrap();
         cli.args.config().unwrap()
     };
-    assert_eq!(config(&[]).unit, Unit::Records);
+    assert_eq!(config(&[]).unit, BucketUnit::Records);
     let c = config(&["--unit", "requests", "--capacity", "20", "--burst", "10"]);
-    assert_eq!((c.unit, c.capacity, c.burst), (Unit::Requests, 20.0, 10));
-    assert_eq!(config(&["--unit", "bytes"]).unit, Unit::Bytes);
+    assert_eq!(
+        (c.unit, c.capacity, c.burst),
+        (BucketUnit::Requests, 20.0, 10)
+    );
+    assert_eq!(config(&["--unit", "bytes"]).unit, BucketUnit::Bytes);
 }
 
 #[tokio::test]

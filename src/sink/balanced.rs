@@ -9,7 +9,7 @@
 //! it runs (`sink::discovery`): one that leaves takes no new batch and finishes those it has.
 
 pub mod aperture;
-pub mod metric_names;
+pub(crate) mod metric_names;
 pub mod schema;
 pub mod settings;
 

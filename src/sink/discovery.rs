@@ -141,7 +141,7 @@ impl Discovery {
         mut self,
         sink: Weak<BalancedSink>,
         settings: SinkSettings,
-        opening: super::Opening,
+        opening: super::SinkOpening,
     ) -> JoinHandle<()> {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(settings.discovery.interval);
@@ -163,7 +163,7 @@ impl Discovery {
 pub async fn apply(
     sink: &Arc<BalancedSink>,
     settings: &SinkSettings,
-    opening: &super::Opening,
+    opening: &super::SinkOpening,
     wanted: Vec<Wanted>,
 ) {
     let current: HashSet<String> = sink.keys().into_iter().collect();

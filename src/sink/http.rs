@@ -22,12 +22,11 @@ use http::header::CONTENT_TYPE;
 
 use super::dead_letters::{self, DeadLetterStore};
 use super::elasticsearch::answer;
-use super::elasticsearch::settings::{self as es, BulkOp};
+use super::elasticsearch::settings::{self as es, BulkOp, ElasticsearchSettings};
 use super::{ItemOutcome, Sink, SinkError, WriteOutcome};
 use crate::record::{DeadLetter, Row};
-use crate::sink::settings::{SinkBackend, SinkSettings};
 use contract::ResponseContract;
-use settings::HttpFormat;
+use settings::{HttpFormat, HttpSettings};
 
 /// Most of a response body read: plenty for counts or an error message.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
@@ -45,6 +44,15 @@ enum Protocol {
     },
     /// Elasticsearch/OpenSearch `_bulk`.
     Bulk { index: Vec<es::Part>, op: BulkOp },
+}
+
+/// What an HTTP sink speaks, from its kind's own settings.
+#[derive(Clone, Copy)]
+pub enum Wire<'a> {
+    /// `kind = "http"`: sluice's envelope.
+    Http(&'a HttpSettings),
+    /// `kind = "elasticsearch"`: `_bulk` as `[sink.elasticsearch]` says.
+    Elasticsearch(&'a ElasticsearchSettings),
 }
 
 /// Why an answer read record by record cannot be used: the write's outcome instead.
@@ -70,21 +78,15 @@ pub struct HttpSink {
 impl HttpSink {
     /// Builds the client (headers read from the environment now) and opens the dead-letter
     /// store. `max_delay` caps the waits the endpoint asks for.
-    pub async fn open(config: &SinkSettings, max_delay: Duration) -> Result<Self, SinkError> {
+    pub async fn open(url: &str, wire: Wire<'_>, max_delay: Duration) -> Result<Self, SinkError> {
         let fail = |message: String| SinkError {
-            url: config.url.clone(),
+            url: url.to_string(),
             message,
             not_now: false,
         };
-        let (transport, bulk) = match &config.backend {
-            SinkBackend::Http(s) => (&s.transport, None),
-            SinkBackend::Elasticsearch(s) => (&s.transport, s.elasticsearch.as_ref()),
-            other => {
-                return Err(fail(format!(
-                    "kind = {:?} is not written over HTTP",
-                    other.kind()
-                )));
-            }
+        let (transport, bulk, http) = match wire {
+            Wire::Http(s) => (&s.transport, None, Some(s)),
+            Wire::Elasticsearch(s) => (&s.transport, s.elasticsearch.as_ref(), None),
         };
         let timeout = transport.timeout;
         let headers = headers::build(&transport.headers, |var| std::env::var(var).ok())
@@ -100,8 +102,8 @@ impl HttpSink {
             .map_err(fail)?
             .build()
             .map_err(|e| fail(error_chain(e)))?;
-        let mut url = reqwest::Url::parse(&config.url).map_err(|e| fail(e.to_string()))?;
-        let protocol = match (bulk, config.http()) {
+        let mut url = reqwest::Url::parse(url).map_err(|e| fail(e.to_string()))?;
+        let protocol = match (bulk, http) {
             (Some(settings), _) => {
                 if !url.path().ends_with("/_bulk") {
                     url.path_segments_mut()

@@ -2,8 +2,8 @@
 //! duplicate, not a second row) and says how it went, so the pipeline can retry, back off,
 //! split the batch, or dead-letter — and acknowledge only what is durably written.
 
-pub mod balanced;
-pub mod column_fit;
+pub(crate) mod balanced;
+pub(crate) mod column_fit;
 pub mod columns;
 pub mod dead_letters;
 pub mod discovery;
@@ -11,12 +11,14 @@ pub mod elasticsearch;
 pub mod http;
 pub mod identifier;
 pub mod mysql;
+pub mod open;
 pub mod postgres;
-pub mod private_file;
+pub(crate) mod private_file;
 pub mod settings;
+pub(crate) mod sql_error;
 pub mod sqlite;
 pub mod upsert;
-pub mod url_parameters;
+pub(crate) mod url_parameters;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +28,9 @@ use async_trait::async_trait;
 use crate::control::backoff::Backoff;
 use crate::control::sink_limit::Unit;
 use crate::record::{DeadLetter, Row};
-use crate::shutdown::Shutdown;
-use settings::{SinkBackend, SinkSettings};
+use open::open_one;
+use settings::SinkSettings;
+use tokio_util::sync::CancellationToken;
 
 /// How one write went.
 #[derive(Debug, Clone, PartialEq)]
@@ -233,8 +236,8 @@ pub struct SinkError {
 /// was requested first: nothing was pulled, so nothing is lost.
 pub async fn open_when_ready(
     settings: &SinkSettings,
-    opening: &Opening,
-    shutdown: &mut Shutdown,
+    opening: &SinkOpening,
+    shutdown: &CancellationToken,
 ) -> Result<Option<Arc<dyn Sink>>, SinkError> {
     let backoff = &opening.outage;
     let mut attempt = 0;
@@ -247,7 +250,7 @@ pub async fn open_when_ready(
                 tracing::warn!(?wait, "sink not available yet, waiting: {e}");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = shutdown.requested() => return Ok(None),
+                    _ = shutdown.cancelled() => return Ok(None),
                 }
             }
             Err(e) => return Err(e),
@@ -258,7 +261,7 @@ pub async fn open_when_ready(
 /// How a sink is opened, besides its settings: what the rest of the configuration asks
 /// of it.
 #[derive(Debug, Clone)]
-pub struct Opening {
+pub struct SinkOpening {
     /// The most writes in flight (`concurrency.max`): a database pool holds one more
     /// connection than that, unless `max_connections` says otherwise.
     pub most_in_flight: usize,
@@ -269,7 +272,10 @@ pub struct Opening {
 }
 
 /// Opens the sink `settings` describe and creates its tables if missing.
-pub async fn open(settings: &SinkSettings, opening: &Opening) -> Result<Arc<dyn Sink>, SinkError> {
+pub async fn open(
+    settings: &SinkSettings,
+    opening: &SinkOpening,
+) -> Result<Arc<dyn Sink>, SinkError> {
     if settings.urls.is_empty() && settings.discovery.file.is_none() {
         return open_one(settings, opening).await;
     }
@@ -311,7 +317,7 @@ pub async fn open(settings: &SinkSettings, opening: &Opening) -> Result<Arc<dyn 
 /// name or host:port (metrics are unauthenticated).
 async fn open_endpoint(
     settings: &SinkSettings,
-    opening: &Opening,
+    opening: &SinkOpening,
     wanted: &discovery::Wanted,
 ) -> Result<balanced::Endpoint, SinkError> {
     let mut one = settings.clone();
@@ -327,19 +333,6 @@ async fn open_endpoint(
             .unwrap_or_else(|| crate::redact::endpoint_label(&wanted.url)),
         zone: wanted.zone.clone(),
     })
-}
-
-async fn open_one(settings: &SinkSettings, opening: &Opening) -> Result<Arc<dyn Sink>, SinkError> {
-    match &settings.backend {
-        SinkBackend::Sqlite => Ok(Arc::new(sqlite::SqliteSink::open(settings).await?)),
-        SinkBackend::Http(_) | SinkBackend::Elasticsearch(_) => Ok(Arc::new(
-            http::HttpSink::open(settings, opening.longest_wait).await?,
-        )),
-        SinkBackend::Postgres(_) => Ok(Arc::new(
-            postgres::PostgresSink::open(settings, opening).await?,
-        )),
-        SinkBackend::Mysql(_) => Ok(Arc::new(mysql::MysqlSink::open(settings, opening).await?)),
-    }
 }
 
 /// Readiness of a database sink: a trivial query through its pool.

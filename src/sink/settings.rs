@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::balanced::settings::{BalanceConfig, EndpointConfig};
 use super::dead_letters::settings::DeadLetterConfig;
 use super::discovery::settings::{DNS_PREFIX, DiscoveryConfig};
-use super::elasticsearch::settings::ElasticsearchSink;
+use super::elasticsearch::settings::ElasticsearchSettings;
 use super::http::settings::{HttpSettings, HttpTransport};
 use super::mysql::settings::MysqlSettings;
 use super::postgres::settings::PostgresSettings;
@@ -93,7 +93,7 @@ pub enum SinkBackend {
     /// MySQL or MariaDB.
     Mysql(MysqlSettings),
     /// Elasticsearch or OpenSearch through `_bulk`.
-    Elasticsearch(ElasticsearchSink),
+    Elasticsearch(ElasticsearchSettings),
 }
 
 fn default_table() -> String {
@@ -144,7 +144,7 @@ impl SinkBackend {
             SinkKind::Http => crate::settings::keys_of::<HttpSettings>(),
             SinkKind::Postgres => crate::settings::keys_of::<PostgresSettings>(),
             SinkKind::Mysql => crate::settings::keys_of::<MysqlSettings>(),
-            SinkKind::Elasticsearch => crate::settings::keys_of::<ElasticsearchSink>(),
+            SinkKind::Elasticsearch => crate::settings::keys_of::<ElasticsearchSettings>(),
         }
     }
 }

@@ -13,11 +13,11 @@ use crate::stats::Stats;
 
 pub const WRITE_SECONDS: &str = "sluice_sink_write_duration_seconds";
 pub const REQUESTS: &str = "sluice_sink_requests_total";
-pub const ITEMS: &str = "sluice_sink_items_total";
 pub use crate::sink::balanced::metric_names::{
     APERTURE_SIZE, ENDPOINT_LATENCY, ENDPOINT_REQUESTS, ENDPOINT_UP,
 };
 pub use crate::source::file::LOST_BYTES as SOURCE_LOST_BYTES;
+pub use crate::stats::ITEMS;
 
 /// The process-wide recorder; installed once, on first use.
 pub fn handle() -> &'static PrometheusHandle {

@@ -19,10 +19,10 @@ use tokio::time::Instant;
 
 use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
 use crate::control::backoff::Backoff;
-use crate::control::item_refusals::{ItemRefusals, Verdict};
+use crate::control::item_refusals::{ItemRefusals, RefusalVerdict};
 use crate::control::retry_budget::RetryBudget;
-use crate::control::sink_limit::{BatchShape, LimitParams, Plan, Refused, SinkLimit, Unit};
-use crate::control::throttle::{Signal, Throttle, ThrottleParams};
+use crate::control::sink_limit::{BatchShape, Plan, Refused, SinkLimit, Unit};
+use crate::control::throttle::{Signal, Throttle};
 use crate::stats::Stats;
 
 /// The mean record size follows new batches with this weight.
@@ -71,29 +71,12 @@ impl Backpressure {
         outage: Backoff,
         stats: Arc<Stats>,
     ) -> Self {
-        let params = ThrottleParams {
-            window: rate.tick,
-            pause_jitter: throttle.pause_jitter,
-            backoff: outage.clone(),
-        };
-        let limit = LimitParams {
-            hold: throttle.hold,
-            beta: throttle.beta,
-            min_multiplier: throttle.min_multiplier,
-            probe_every: throttle.probe_every,
-            probe_gain: throttle.probe_gain,
-            ..LimitParams::default()
-        };
         Backpressure {
             epoch: Instant::now(),
             state: Mutex::new(State {
-                throttle: Throttle::new(params),
-                limit: SinkLimit::new(limit),
-                budget: RetryBudget::new(
-                    retry.budget_ratio,
-                    retry.budget_min_per_second,
-                    retry.budget_window,
-                ),
+                throttle: Throttle::new(throttle.throttle_params(rate.tick, outage.clone())),
+                limit: SinkLimit::new(throttle.limit_params()),
+                budget: retry.budget(),
                 rng: rand::make_rng(),
                 ceiling: rate.records_per_second,
                 record_bytes: None,
@@ -248,15 +231,15 @@ impl Backpressure {
             let verdict = state
                 .refusals
                 .refused(now, sent_at, refused, sent as u64, planned);
-            if let Verdict::Misread { rate } = verdict {
+            if let RefusalVerdict::Misread { rate } = verdict {
                 state.limit.restore(now, rate);
             }
             verdict
         };
         match verdict {
-            Verdict::Noise => false,
-            Verdict::PushBack(share) => self.throttle(write, Some(share)),
-            Verdict::Misread { rate } => {
+            RefusalVerdict::Noise => false,
+            RefusalVerdict::PushBack(share) => self.throttle(write, Some(share)),
+            RefusalVerdict::Misread { rate } => {
                 tracing::info!(
                     rate,
                     "the sink refuses a share of items whatever the rate: rate restored, those resent"

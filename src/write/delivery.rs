@@ -13,12 +13,12 @@ use super::backpressure::Backpressure;
 use super::limit_gate::LimitGate;
 use crate::control::backoff::Backoff;
 use crate::record::{DeadLetter, Position, Row};
-use crate::shutdown::Shutdown;
 use crate::sink::{Sink, WriteOutcome};
 use crate::stats::Stats;
 use crate::telemetry::metrics::{REQUESTS, WRITE_SECONDS};
 use piece::{Pace, Piece};
 use settle::Settling;
+use tokio_util::sync::CancellationToken;
 
 /// A batch as the pipeline hands it over: the decoded rows, the records that failed to
 /// decode, and the source positions to acknowledge once all of them are settled.
@@ -103,7 +103,7 @@ impl Delivery {
 
     /// Settles the batch; returns the positions that may now be acknowledged.
     pub async fn deliver(&self, batch: Batch) -> Result<Vec<Position>, FatalSinkError> {
-        self.deliver_until(batch, Shutdown::never()).await
+        self.deliver_until(batch, CancellationToken::new()).await
     }
 
     /// As [`Delivery::deliver`], but once `stop` fires a batch that is only waiting to be
@@ -113,14 +113,14 @@ impl Delivery {
     pub async fn deliver_until(
         &self,
         batch: Batch,
-        mut stop: Shutdown,
+        stop: CancellationToken,
     ) -> Result<Vec<Position>, FatalSinkError> {
         let mut s = Settling::new(batch.rows, batch.dead);
         while let Some(mut piece) = s.todo.pop() {
             if piece.rows.is_empty() {
                 continue;
             }
-            let Some(sent_at) = until(&mut stop, self.pace(&mut piece)).await else {
+            let Some(sent_at) = until(&stop, self.pace(&mut piece)).await else {
                 tracing::info!(
                     records = batch.positions.len(),
                     "shutdown while waiting to retry: left unacknowledged, to be delivered again"
@@ -176,11 +176,14 @@ impl Delivery {
 
 /// Waits for `wait` unless `stop` fires first (a wait that is over at once always wins);
 /// `None` when stopped.
-async fn until<T>(stop: &mut Shutdown, wait: impl std::future::Future<Output = T>) -> Option<T> {
+async fn until<T>(
+    stop: &CancellationToken,
+    wait: impl std::future::Future<Output = T>,
+) -> Option<T> {
     tokio::select! {
         biased;
         done = wait => Some(done),
-        _ = stop.requested() => None,
+        _ = stop.cancelled() => None,
     }
 }
 

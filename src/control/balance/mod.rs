@@ -3,6 +3,6 @@
 //! endpoints keep to a subset of them (aperture).
 
 pub mod aperture;
-pub mod balancer;
-pub mod peak_ewma;
+pub(crate) mod balancer;
+pub(crate) mod peak_ewma;
 pub mod ring;

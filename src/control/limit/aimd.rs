@@ -56,19 +56,53 @@ pub struct AimdLimit {
     stalled: Option<Stalled>,
 }
 
+/// What an AIMD limit starts from and how it moves; its `Default` is the shipped one
+/// (`[concurrency]` without keys), which the tests below start from too.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AimdParams {
+    pub initial: usize,
+    pub min: usize,
+    pub max: usize,
+    /// Added while under target and used.
+    pub increase: f64,
+    /// Multiplied by on a miss or a drop.
+    pub backoff_ratio: f64,
+    /// The latency the judged percentile must stay under.
+    pub target: Duration,
+    /// The percentile of the window judged (0.95 = p95).
+    pub percentile: f64,
+    /// Samples per judgement (raised to at least `2 / (1 − percentile)`).
+    pub window: usize,
+}
+
+impl Default for AimdParams {
+    fn default() -> Self {
+        AimdParams {
+            initial: 4,
+            min: 1,
+            max: 4,
+            increase: 1.0,
+            backoff_ratio: 0.9,
+            target: Duration::from_millis(200),
+            percentile: 0.95,
+            window: 10,
+        }
+    }
+}
+
 impl AimdLimit {
     /// Netflix concurrency-limits' defaults are initial 20, min 20, max 200, ratio 0.9.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        initial: usize,
-        min: usize,
-        max: usize,
-        increase: f64,
-        backoff_ratio: f64,
-        target: Duration,
-        percentile: f64,
-        window: usize,
-    ) -> Self {
+    pub fn new(params: AimdParams) -> Self {
+        let AimdParams {
+            initial,
+            min,
+            max,
+            increase,
+            backoff_ratio,
+            target,
+            percentile,
+            window,
+        } = params;
         let meaningful = if percentile < 1.0 {
             (2.0 / (1.0 - percentile) - 1e-9).ceil() as usize
         } else {
@@ -188,9 +222,28 @@ mod tests {
         }
     }
 
+    /// The shipped parameters but for where the limit starts, its ceiling of 100 and the
+    /// target.
+    fn limit(initial: usize, target: Duration) -> AimdLimit {
+        AimdLimit::new(AimdParams {
+            initial,
+            max: 100,
+            target,
+            ..AimdParams::default()
+        })
+    }
+
     /// Netflix's AIMDLimit judges each sample against a 5 s timeout: window 1, p100.
     fn netflix(initial: usize, min: usize, max: usize) -> AimdLimit {
-        AimdLimit::new(initial, min, max, 1.0, 0.9, Duration::from_secs(5), 1.0, 1)
+        AimdLimit::new(AimdParams {
+            initial,
+            min,
+            max,
+            target: Duration::from_secs(5),
+            percentile: 1.0,
+            window: 1,
+            ..AimdParams::default()
+        })
     }
 
     #[test]
@@ -231,7 +284,7 @@ mod tests {
     /// not count, three do, and they are acted on at once.
     #[test]
     fn judges_the_percentile_of_forty_samples_and_cuts_once_it_is_certain() {
-        let mut l = AimdLimit::new(10, 1, 100, 1.0, 0.9, ms(150), 0.95, 10);
+        let mut l = limit(10, ms(150));
         l.on_sample(sample(900, 10));
         assert_eq!(l.limit(), 9, "slow start ends at the first slow write: 9.0");
         for i in 0..40 {
@@ -258,7 +311,7 @@ mod tests {
 
     #[test]
     fn the_cut_keeps_its_fraction() {
-        let mut l = AimdLimit::new(5, 1, 100, 1.0, 0.9, ms(150), 0.95, 10);
+        let mut l = limit(5, ms(150));
         l.on_sample(sample(900, 5));
         assert_eq!(l.limit(), 4, "4.5");
         for _ in 0..80 {
@@ -274,7 +327,7 @@ mod tests {
 
     #[test]
     fn samples_started_above_a_cut_limit_are_not_judged_again() {
-        let mut l = AimdLimit::new(10, 1, 100, 1.0, 0.9, ms(150), 0.95, 10);
+        let mut l = limit(10, ms(150));
         l.on_sample(sample(900, 10));
         assert_eq!(l.limit(), 9);
         for _ in 0..9 {
@@ -291,7 +344,7 @@ mod tests {
     /// time, but the window is no probe that held, and the limit does not grow past 6.
     #[test]
     fn a_window_with_a_stalled_write_neither_grows_past_it_nor_clears_the_failed_level() {
-        let mut l = AimdLimit::new(6, 1, 100, 1.0, 0.9, ms(150), 0.95, 10);
+        let mut l = limit(6, ms(150));
         l.on_sample(Sample {
             dropped: true,
             ..sample(100, 6)
@@ -319,7 +372,7 @@ mod tests {
     /// next, up to 16; a probe that holds lets the limit climb on.
     #[test]
     fn probes_of_a_failing_level_back_off_and_a_faster_sink_is_found() {
-        let mut l = AimdLimit::new(8, 1, 100, 1.0, 0.9, ms(60), 0.95, 10);
+        let mut l = limit(8, ms(60));
         // A sink that takes 8 at 50 ms and 9 at 70 ms.
         let rtt = |inflight: usize| if inflight > 8 { 70 } else { 50 };
         let mut probes = 0;

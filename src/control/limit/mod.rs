@@ -6,6 +6,7 @@ pub mod aimd;
 pub mod fixed;
 pub mod gradient2;
 mod pushed_back;
+pub mod settings;
 pub mod vegas;
 
 use std::time::Duration;
@@ -262,7 +263,12 @@ mod scenarios {
 
     #[test]
     fn aimd_settles_near_the_knee() {
-        let mut l = aimd::AimdLimit::new(1, 1, 64, 1.0, 0.9, Duration::from_millis(75), 0.95, 10);
+        let mut l = aimd::AimdLimit::new(aimd::AimdParams {
+            initial: 1,
+            max: 64,
+            target: Duration::from_millis(75),
+            ..aimd::AimdParams::default()
+        });
         settles_near_the_knee("aimd", &mut l, 1, 64);
     }
 

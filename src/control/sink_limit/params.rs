@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LimitParams {
     /// The share of a learned limit the worker holds.
     pub hold: f64,

@@ -5,12 +5,12 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-// `control::balance::balancer::Strategy` as written.
+// `control::balance::balancer::StrategySchema` as written.
 /// How each write picks one of the sink's endpoints.
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 #[schemars(rename = "Strategy")]
-pub enum Strategy {
+pub enum StrategySchema {
     /// Each endpoint in turn.
     RoundRobin,
     /// The endpoint with the fewest requests in flight.
@@ -62,8 +62,8 @@ mod tests {
     #[test]
     fn the_copies_name_what_the_real_types_read() {
         use crate::control::balance::{aperture::Mode, balancer::Strategy as Real};
-        for name in variants::<Strategy>() {
-            both_read::<Strategy, Real>(name);
+        for name in variants::<StrategySchema>() {
+            both_read::<StrategySchema, Real>(name);
         }
         for name in variants::<ApertureMode>() {
             both_read::<ApertureMode, Mode>(name);

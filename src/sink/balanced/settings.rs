@@ -51,7 +51,7 @@ impl EndpointConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BalanceConfig {
-    #[schemars(with = "schema::Strategy")]
+    #[schemars(with = "schema::StrategySchema")]
     pub strategy: crate::control::balance::balancer::Strategy,
     /// This worker's zone: endpoints of other zones are used only when none here is up.
     pub zone: Option<String>,

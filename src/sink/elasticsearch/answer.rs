@@ -26,7 +26,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::body::Target;
+use super::body::DocumentTarget;
 use super::settings::BulkOp;
 use crate::sink::ItemOutcome;
 
@@ -55,7 +55,7 @@ struct Item {
 pub struct Sent<'a> {
     pub op: BulkOp,
     /// The document of each action, in order.
-    pub targets: &'a [Target],
+    pub targets: &'a [DocumentTarget],
     /// The index template names no field: every record goes to the same index.
     pub fixed_index: bool,
 }
@@ -109,7 +109,12 @@ pub fn read(body: &[u8], sent: Sent<'_>) -> Result<Vec<ItemOutcome>, Unusable> {
 
 /// Item `i` must name the `_id` its action sent, and not another index of the request. (An
 /// index it names that the request did not is the alias's or data stream's backing index.)
-fn check_place(item: &Item, i: usize, target: &Target, all: &[Target]) -> Result<(), String> {
+fn check_place(
+    item: &Item,
+    i: usize,
+    target: &DocumentTarget,
+    all: &[DocumentTarget],
+) -> Result<(), String> {
     let Some(id) = &item.id else {
         return Err(format!(
             "_bulk answer item {i} has no _id: it cannot be matched to the document sent"
@@ -230,16 +235,16 @@ mod tests {
       ]
     }"#;
 
-    fn targets(index: &str, ids: &[&str]) -> Vec<Target> {
+    fn targets(index: &str, ids: &[&str]) -> Vec<DocumentTarget> {
         ids.iter()
-            .map(|id| Target {
+            .map(|id| DocumentTarget {
                 index: index.into(),
                 id: (*id).into(),
             })
             .collect()
     }
 
-    fn sent(op: BulkOp, targets: &[Target]) -> Sent<'_> {
+    fn sent(op: BulkOp, targets: &[DocumentTarget]) -> Sent<'_> {
         Sent {
             op,
             targets,
@@ -247,7 +252,7 @@ mod tests {
         }
     }
 
-    fn six() -> Vec<Target> {
+    fn six() -> Vec<DocumentTarget> {
         targets("orders", &["1", "2", "3", "4", "5", "6"])
     }
 
@@ -348,11 +353,11 @@ mod tests {
     #[test]
     fn an_item_naming_another_index_of_the_request_is_misplaced() {
         let t = vec![
-            Target {
+            DocumentTarget {
                 index: "orders-2026.01.01".into(),
                 id: "7".into(),
             },
-            Target {
+            DocumentTarget {
                 index: "orders-2026.01.02".into(),
                 id: "7".into(),
             },
@@ -382,7 +387,7 @@ mod tests {
             misplaced(read(br#"{"errors":true}"#, sent(BulkOp::Create, &t))).contains("no items")
         );
         let mut seven = six();
-        seven.push(Target {
+        seven.push(DocumentTarget {
             index: "orders".into(),
             id: "7".into(),
         });
@@ -401,11 +406,11 @@ mod tests {
           {"create":{"_index":"orders-1999.13.40","_id":"2","status":404,
             "error":{"type":"index_not_found_exception","reason":"no such index [orders-1999.13.40]","index":"orders-1999.13.40"}}}]}"#;
         let t = vec![
-            Target {
+            DocumentTarget {
                 index: "orders-2026.01.01".into(),
                 id: "1".into(),
             },
-            Target {
+            DocumentTarget {
                 index: "orders-1999.13.40".into(),
                 id: "2".into(),
             },

@@ -15,12 +15,12 @@ pub struct Encoded {
     /// Per row: why it was left out (its index name could not be built), or `None`.
     pub left_out: Vec<Option<String>>,
     /// Per action sent, in order: what its answer item must name.
-    pub targets: Vec<Target>,
+    pub targets: Vec<DocumentTarget>,
 }
 
 /// The document an action writes: its answer item names the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub struct DocumentTarget {
     pub index: String,
     pub id: String,
 }
@@ -68,7 +68,7 @@ pub fn encode(rows: &[Row], index: &[Part], op: BulkOp) -> Encoded {
             body.extend_from_slice(row.payload.as_bytes());
         }
         body.push(b'\n');
-        targets.push(Target {
+        targets.push(DocumentTarget {
             index: name,
             id: row.key.clone(),
         });
@@ -142,11 +142,11 @@ mod tests {
         assert_eq!(
             e.targets,
             [
-                Target {
+                DocumentTarget {
                     index: "logs-2026.11.30".into(),
                     id: "1".into()
                 },
-                Target {
+                DocumentTarget {
                     index: "logs-7".into(),
                     id: "a\"b".into()
                 },

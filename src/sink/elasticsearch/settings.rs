@@ -20,14 +20,15 @@ use crate::sink::settings::SinkSettings;
 /// `[sink]` with `kind = "elasticsearch"`: the connection's keys, as an HTTP sink reads
 /// them, and `[sink.elasticsearch]`.
 #[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
-pub struct ElasticsearchSink {
+#[schemars(rename = "ElasticsearchSink")]
+pub struct ElasticsearchSettings {
     /// The index and the bulk action (required).
-    pub elasticsearch: Option<ElasticsearchSettings>,
+    pub elasticsearch: Option<BulkSettings>,
     #[serde(flatten)]
     pub transport: HttpTransport,
 }
 
-impl ElasticsearchSink {
+impl ElasticsearchSettings {
     pub(crate) fn validate(&self, sink: &SinkSettings, p: &mut Problems) {
         self.transport.validate(sink, p);
         p.check(validate(self.elasticsearch.as_ref()));
@@ -37,7 +38,8 @@ impl ElasticsearchSink {
 /// The index records are written to, and the bulk action each is sent with.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ElasticsearchSettings {
+#[schemars(rename = "ElasticsearchSettings")]
+pub struct BulkSettings {
     /// The target index (or data stream, or alias). `{/pointer}` in it is replaced by that
     /// field of each record, for date-suffixed indexes; a record without it, or whose
     /// value is not a string or a number, is dead-lettered.
@@ -107,7 +109,7 @@ pub fn parse_index(index: &str) -> Result<Vec<Part>, String> {
 }
 
 /// Checks `[sink.elasticsearch]`: present, with an index name that can be built.
-fn validate(settings: Option<&ElasticsearchSettings>) -> Result<(), ConfigError> {
+fn validate(settings: Option<&BulkSettings>) -> Result<(), ConfigError> {
     let Some(settings) = settings else {
         return Err(ConfigError::invalid(
             "sink.elasticsearch.index",
@@ -173,8 +175,8 @@ mod tests {
         assert!(parse_index("logs-}").unwrap_err().contains("opening"));
     }
 
-    fn sink(index: Option<&str>) -> Option<ElasticsearchSettings> {
-        index.map(|index| ElasticsearchSettings {
+    fn sink(index: Option<&str>) -> Option<BulkSettings> {
+        index.map(|index| BulkSettings {
             index: index.into(),
             op: BulkOp::Create,
         })
@@ -182,7 +184,7 @@ mod tests {
 
     #[test]
     fn validation_names_the_key() {
-        let err = |s: Option<ElasticsearchSettings>| validate(s.as_ref()).unwrap_err().to_string();
+        let err = |s: Option<BulkSettings>| validate(s.as_ref()).unwrap_err().to_string();
         assert!(err(sink(None)).contains("sink.elasticsearch.index"));
         assert!(err(sink(Some("Orders"))).contains("'O'"));
         assert!(err(sink(Some(" "))).contains("must not be empty"));

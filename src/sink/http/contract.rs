@@ -47,7 +47,7 @@ pub struct ResponseContract {
     pub message: Option<String>,
     /// The outcome of a result that has no code.
     #[serde(default = "written")]
-    pub absent: Verdict,
+    pub absent: ResultVerdict,
     /// Codes that mean the record was written.
     #[serde(default)]
     pub written: Vec<Code>,
@@ -65,8 +65,8 @@ pub struct ResponseContract {
     pub permanent: Vec<Code>,
 }
 
-fn written() -> Verdict {
-    Verdict::Written
+fn written() -> ResultVerdict {
+    ResultVerdict::Written
 }
 
 /// A code as configured: `"ThrottlingException"` or `429`.
@@ -89,7 +89,8 @@ impl Code {
 /// What a result means for its record.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+#[schemars(rename = "Verdict")]
+pub enum ResultVerdict {
     Written,
     Duplicate,
     Throttled,
@@ -181,21 +182,21 @@ impl ResponseContract {
             (None, None) => "listed as not processed".into(),
         };
         match verdict {
-            Verdict::Written => ItemOutcome::Written,
-            Verdict::Duplicate => ItemOutcome::Duplicate,
-            Verdict::Throttled => ItemOutcome::Throttled(why()),
-            Verdict::Retry => ItemOutcome::Failed(why()),
-            Verdict::Permanent => ItemOutcome::Rejected(why()),
+            ResultVerdict::Written => ItemOutcome::Written,
+            ResultVerdict::Duplicate => ItemOutcome::Duplicate,
+            ResultVerdict::Throttled => ItemOutcome::Throttled(why()),
+            ResultVerdict::Retry => ItemOutcome::Failed(why()),
+            ResultVerdict::Permanent => ItemOutcome::Rejected(why()),
         }
     }
 
-    fn verdict(&self, code: &str) -> Verdict {
+    fn verdict(&self, code: &str) -> ResultVerdict {
         let lists = [
-            (&self.written, Verdict::Written),
-            (&self.duplicate, Verdict::Duplicate),
-            (&self.throttled, Verdict::Throttled),
-            (&self.retry, Verdict::Retry),
-            (&self.permanent, Verdict::Permanent),
+            (&self.written, ResultVerdict::Written),
+            (&self.duplicate, ResultVerdict::Duplicate),
+            (&self.throttled, ResultVerdict::Throttled),
+            (&self.retry, ResultVerdict::Retry),
+            (&self.permanent, ResultVerdict::Permanent),
         ];
         for (codes, verdict) in lists {
             if codes.iter().any(|c| c.text() == code) {
@@ -203,11 +204,11 @@ impl ResponseContract {
             }
         }
         match code.parse::<u16>() {
-            Ok(200..=299) => Verdict::Written,
-            Ok(409) => Verdict::Duplicate,
-            Ok(429) => Verdict::Throttled,
-            Ok(400..=499) => Verdict::Permanent,
-            _ => Verdict::Retry,
+            Ok(200..=299) => ResultVerdict::Written,
+            Ok(409) => ResultVerdict::Duplicate,
+            Ok(429) => ResultVerdict::Throttled,
+            Ok(400..=499) => ResultVerdict::Permanent,
+            _ => ResultVerdict::Retry,
         }
     }
 }

@@ -2,6 +2,7 @@ use super::settings::{HttpSettings, HttpTransport};
 use super::*;
 use crate::sim_sink::{OutageMode, RetryAfterStyle, SimSink, SimSinkConfig};
 use crate::sink::dead_letters::settings::DeadLetterConfig;
+use crate::sink::settings::{SinkBackend, SinkSettings};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -14,6 +15,12 @@ fn rows(keys: &[&str]) -> Vec<Row> {
             ..Default::default()
         })
         .collect()
+}
+
+/// An HTTP sink of `cfg`, as the one match on the kind opens it.
+async fn open(cfg: &SinkSettings, max_delay: Duration) -> Result<HttpSink, SinkError> {
+    let own = cfg.http().expect("an http sink");
+    HttpSink::open(&cfg.url, Wire::Http(own), max_delay).await
 }
 
 fn config(url: String, dir: &std::path::Path) -> SinkSettings {
@@ -47,7 +54,7 @@ async fn sim(burst: u32) -> SimSink {
 async fn outcomes_against_the_emulator() {
     let dir = tempfile::tempdir().unwrap();
     let sim = sim(5).await;
-    let sink = HttpSink::open(
+    let sink = open(
         &config(sim.ingest_url(), dir.path()),
         Duration::from_secs(30),
     )
@@ -115,7 +122,7 @@ async fn unreachable_endpoint_is_unavailable() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    let sink = HttpSink::open(
+    let sink = open(
         &config(format!("http://{addr}/ingest"), dir.path()),
         Duration::from_secs(30),
     )
@@ -163,7 +170,7 @@ async fn sends_configured_headers_an_idempotency_key_and_ndjson() {
             ..HttpSettings::default()
         },
     );
-    let sink = HttpSink::open(&cfg, Duration::from_secs(30)).await.unwrap();
+    let sink = open(&cfg, Duration::from_secs(30)).await.unwrap();
     assert!(matches!(
         sink.write(&rows(&["k1"])).await,
         WriteOutcome::Written { inserted: 1, .. }
@@ -193,7 +200,7 @@ async fn sends_configured_headers_an_idempotency_key_and_ndjson() {
 #[tokio::test]
 async fn dead_letters_go_to_the_configured_store() {
     let dir = tempfile::tempdir().unwrap();
-    let sink = HttpSink::open(
+    let sink = open(
         &config("http://127.0.0.1:9/ingest".into(), dir.path()),
         Duration::from_secs(30),
     )

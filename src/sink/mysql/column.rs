@@ -16,7 +16,7 @@ use crate::sink::column_fit::{
 
 /// What a column is, as far as binding JSON to it goes.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ColumnKind {
+pub enum MysqlColumnKind {
     /// MySQL's `JSON`, MariaDB's `JSON` alias (LONGTEXT with its `json_valid` check): any
     /// value as JSON text, a string included.
     Json,
@@ -50,30 +50,30 @@ pub struct Described {
     pub max_bytes: Option<u64>,
 }
 
-impl ColumnKind {
+impl MysqlColumnKind {
     pub fn of(c: &Described) -> Self {
         let unsigned = c.column_type.to_ascii_lowercase().contains("unsigned");
         let small = |v: Option<u64>| v.and_then(|v| u32::try_from(v).ok());
         let data_type = c.data_type.to_ascii_lowercase();
         let bits = match data_type.as_str() {
-            "json" => return ColumnKind::Json,
+            "json" => return MysqlColumnKind::Json,
             "datetime" | "timestamp" => {
-                return ColumnKind::DateTime {
+                return MysqlColumnKind::DateTime {
                     precision: small(c.datetime_precision).unwrap_or(0),
                 };
             }
-            "date" => return ColumnKind::Date,
+            "date" => return MysqlColumnKind::Date,
             "decimal" | "numeric" => {
                 return match (small(c.numeric_precision), small(c.numeric_scale)) {
-                    (Some(precision), Some(scale)) => ColumnKind::Decimal {
+                    (Some(precision), Some(scale)) => MysqlColumnKind::Decimal {
                         precision,
                         scale: scale as i32,
                     },
-                    _ => ColumnKind::Other,
+                    _ => MysqlColumnKind::Other,
                 };
             }
             "float" | "double" | "real" => {
-                return ColumnKind::Float {
+                return MysqlColumnKind::Float {
                     float: match data_type.as_str() {
                         "float" => Float::Single,
                         _ => Float::Double,
@@ -83,7 +83,7 @@ impl ColumnKind {
             }
             "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" | "varbinary"
             | "tinyblob" | "blob" | "mediumblob" | "longblob" => {
-                return ColumnKind::Text(TextLimit {
+                return MysqlColumnKind::Text(TextLimit {
                     chars: c.max_chars,
                     bytes: c.max_bytes,
                     padded: data_type == "char",
@@ -94,19 +94,21 @@ impl ColumnKind {
             "mediumint" => 24,
             "int" | "integer" => 32,
             "bigint" => 64,
-            _ => return ColumnKind::Other,
+            _ => return MysqlColumnKind::Other,
         };
         let (min, max) = match unsigned {
             true => (0, (1i128 << bits) - 1),
             false => (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1),
         };
-        ColumnKind::Integer { min, max }
+        MysqlColumnKind::Integer { min, max }
     }
 
     fn numeric(&self) -> bool {
         matches!(
             self,
-            ColumnKind::Integer { .. } | ColumnKind::Decimal { .. } | ColumnKind::Float { .. }
+            MysqlColumnKind::Integer { .. }
+                | MysqlColumnKind::Decimal { .. }
+                | MysqlColumnKind::Float { .. }
         )
     }
 }
@@ -117,10 +119,10 @@ impl ColumnKind {
 /// `1e3` is 1000), a boolean as 1 or 0 (MySQL's BOOLEAN is TINYINT(1)), an array or
 /// object as its JSON text. A time column takes only strings: a number there would be
 /// read as digits of a date (`20240501`), never as the epoch seconds it more likely is.
-pub fn text(value: &Value, kind: &ColumnKind) -> Result<Option<String>, String> {
+pub fn text(value: &Value, kind: &MysqlColumnKind) -> Result<Option<String>, String> {
     let number = match (value, kind) {
         (Value::Null, _) => return Ok(None),
-        (_, ColumnKind::Json) => return Ok(Some(value.to_string())),
+        (_, MysqlColumnKind::Json) => return Ok(Some(value.to_string())),
         (Value::Number(n), _) => Some(n.to_string()),
         // MySQL reads a string of a number with spaces around it, `+5`, `.5` and `5.`.
         (Value::String(s), kind) if kind.numeric() => {
@@ -130,25 +132,25 @@ pub fn text(value: &Value, kind: &ColumnKind) -> Result<Option<String>, String> 
         _ => None,
     };
     let text = match (value, kind, number) {
-        (_, ColumnKind::DateTime { .. } | ColumnKind::Date, _) => {
+        (_, MysqlColumnKind::DateTime { .. } | MysqlColumnKind::Date, _) => {
             let Value::String(s) = value else {
                 return Err(format!("takes a time as a string, not {value}"));
             };
             // A form not read here goes as it is: the server takes it or refuses it.
             match kind {
-                ColumnKind::DateTime { precision } => time_text(s, *precision)?,
+                MysqlColumnKind::DateTime { precision } => time_text(s, *precision)?,
                 _ => date_text(s)?,
             }
             .unwrap_or_else(|| s.clone())
         }
-        (_, ColumnKind::Integer { min, max }, Some(n)) => {
+        (_, MysqlColumnKind::Integer { min, max }, Some(n)) => {
             integer_within(&n, *min, *max)?.to_string()
         }
-        (_, ColumnKind::Decimal { precision, scale }, Some(n)) => {
+        (_, MysqlColumnKind::Decimal { precision, scale }, Some(n)) => {
             decimal_within(&n, *precision, *scale)?;
             n
         }
-        (_, ColumnKind::Float { float, scale }, Some(n)) => {
+        (_, MysqlColumnKind::Float { float, scale }, Some(n)) => {
             float_within(&n, *float)?;
             if let Some(scale) = scale {
                 decimal_within(&n, u32::MAX, *scale as i32)?;
@@ -160,7 +162,7 @@ pub fn text(value: &Value, kind: &ColumnKind) -> Result<Option<String>, String> 
         (_, _, Some(n)) => n,
         _ => value.to_string(),
     };
-    if let ColumnKind::Text(limit) = kind {
+    if let MysqlColumnKind::Text(limit) = kind {
         limit.check(&text)?;
     }
     Ok(Some(text))

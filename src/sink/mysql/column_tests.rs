@@ -4,15 +4,15 @@ fn json(t: &str) -> Value {
     serde_json::from_str(t).unwrap()
 }
 
-fn of(data_type: &str, column_type: &str) -> ColumnKind {
-    ColumnKind::of(&Described {
+fn of(data_type: &str, column_type: &str) -> MysqlColumnKind {
+    MysqlColumnKind::of(&Described {
         data_type: data_type.into(),
         column_type: column_type.into(),
         ..Described::default()
     })
 }
 
-fn sent(value: &str, kind: &ColumnKind) -> Result<Option<String>, String> {
+fn sent(value: &str, kind: &MysqlColumnKind) -> Result<Option<String>, String> {
     text(&json(value), kind)
 }
 
@@ -37,7 +37,7 @@ fn integer_columns_refuse_fractions_that_mysql_would_round() {
     );
     assert_eq!(sent("true", &int).unwrap().as_deref(), Some("1"));
     assert_eq!(
-        sent("12.5", &ColumnKind::Other).unwrap().as_deref(),
+        sent("12.5", &MysqlColumnKind::Other).unwrap().as_deref(),
         Some("12.5")
     );
 }
@@ -79,7 +79,7 @@ fn every_integer_width_and_signedness_takes_its_whole_range() {
 
 #[test]
 fn decimals_and_floats_are_never_rounded_beyond_their_type() {
-    let decimal = ColumnKind::of(&Described {
+    let decimal = MysqlColumnKind::of(&Described {
         data_type: "decimal".into(),
         column_type: "decimal(10,2)".into(),
         numeric_precision: Some(10),
@@ -88,7 +88,7 @@ fn decimals_and_floats_are_never_rounded_beyond_their_type() {
     });
     assert_eq!(
         decimal,
-        ColumnKind::Decimal {
+        MysqlColumnKind::Decimal {
             precision: 10,
             scale: 2
         }
@@ -104,7 +104,7 @@ fn decimals_and_floats_are_never_rounded_beyond_their_type() {
     let double = of("double", "double");
     assert_eq!(
         double,
-        ColumnKind::Float {
+        MysqlColumnKind::Float {
             float: Float::Double,
             scale: None
         }
@@ -117,7 +117,7 @@ fn decimals_and_floats_are_never_rounded_beyond_their_type() {
     assert!(sent("1e-400", &double).unwrap_err().contains("stored as 0"));
     assert!(sent("1e400", &double).is_err());
     assert!(sent("1e-50", &of("float", "float")).is_err());
-    let float_7_4 = ColumnKind::Float {
+    let float_7_4 = MysqlColumnKind::Float {
         float: Float::Single,
         scale: Some(4),
     };
@@ -130,7 +130,7 @@ fn decimals_and_floats_are_never_rounded_beyond_their_type() {
 
 #[test]
 fn strings_fit_their_column_or_are_refused() {
-    let varchar = ColumnKind::of(&Described {
+    let varchar = MysqlColumnKind::of(&Described {
         data_type: "varchar".into(),
         column_type: "varchar(5)".into(),
         max_chars: Some(5),
@@ -147,7 +147,7 @@ fn strings_fit_their_column_or_are_refused() {
     );
     assert!(sent("123456", &varchar).is_err());
     assert_eq!(sent("true", &varchar).unwrap().as_deref(), Some("1"));
-    let char5 = ColumnKind::of(&Described {
+    let char5 = MysqlColumnKind::of(&Described {
         data_type: "char".into(),
         column_type: "char(5)".into(),
         max_chars: Some(5),
@@ -164,13 +164,13 @@ fn strings_fit_their_column_or_are_refused() {
 
 #[test]
 fn time_columns_get_utc_in_their_precision() {
-    let kind = ColumnKind::of(&Described {
+    let kind = MysqlColumnKind::of(&Described {
         data_type: "timestamp".into(),
         column_type: "timestamp(3)".into(),
         datetime_precision: Some(3),
         ..Described::default()
     });
-    assert_eq!(kind, ColumnKind::DateTime { precision: 3 });
+    assert_eq!(kind, MysqlColumnKind::DateTime { precision: 3 });
     assert_eq!(
         sent("\"2024-01-02T03:04:05.5+01:00\"", &kind)
             .unwrap()

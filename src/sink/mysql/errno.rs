@@ -1,25 +1,8 @@
 //! MySQL / MariaDB error numbers sorted by what the delivery should do about them: wait,
-//! retry, split the batch to the bad rows, or stop.
+//! retry, split the batch to the bad rows, or stop (the [`ErrorClass`] every SQL sink
+//! shares).
 
-/// What an error number asks of the delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// The server pushes back (too many connections, a user's resource limit, or a
-    /// number listed in `sink.throttle_errors`): slow down, retried without limit.
-    Throttle,
-    /// The server is gone or cannot write now: retried without limit, never the rows'
-    /// fault.
-    Unavailable,
-    /// May pass on retry (deadlock, lock wait, statement timeout): retried, then the rows
-    /// are dead-lettered.
-    Transient,
-    /// Some row's data will never be taken: the batch is split to the bad rows.
-    Data,
-    /// The table, a column or a privilege is missing: the worker stops.
-    Fatal,
-    /// No rule explains it.
-    Unexplained,
-}
+pub use crate::sink::sql_error::ErrorClass;
 
 /// Sorts a server error number; `throttle_errors` (from `sink.throttle_errors`) win.
 pub fn classify(number: u16, throttle_errors: &[u16]) -> ErrorClass {
@@ -38,7 +21,9 @@ pub fn classify(number: u16, throttle_errors: &[u16]) -> ErrorClass {
         // NOT NULL, duplicate on a secondary unique key, out of range, data truncated
         // (`12abc` for a number), bad date, bad value, too long, invalid JSON; CHECK
         // constraints (MariaDB 4025, MySQL 3819).
-        1048 | 1062 | 1264 | 1265 | 1292 | 1366 | 1406 | 3140 | 4025 | 3819 => ErrorClass::Data,
+        1048 | 1062 | 1264 | 1265 | 1292 | 1366 | 1406 | 3140 | 4025 | 3819 => {
+            ErrorClass::Permanent
+        }
         // No such table, unknown column, table access denied; database access denied,
         // login refused, unknown database, column access denied.
         1146 | 1054 | 1142 | 1044 | 1045 | 1049 | 1143 => ErrorClass::Fatal,
@@ -62,7 +47,7 @@ mod tests {
             assert_eq!(classify(n, &[]), ErrorClass::Transient, "{n}");
         }
         for n in [1048, 1062, 1264, 1292, 1366, 1406, 3140] {
-            assert_eq!(classify(n, &[]), ErrorClass::Data, "{n}");
+            assert_eq!(classify(n, &[]), ErrorClass::Permanent, "{n}");
         }
         for n in [1146, 1054, 1142] {
             assert_eq!(classify(n, &[]), ErrorClass::Fatal, "{n}");

@@ -5,30 +5,30 @@
 use serde_json::Value;
 use sqlx::MySqlConnection;
 
-use super::column::{ColumnKind, Described, text};
+use super::column::{Described, MysqlColumnKind, text};
 use super::tables::compares_bytes;
 use super::{identifier_of, reason};
 use crate::record::Row;
 
 /// One mapped column and where its value comes from.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MappedColumn {
+pub struct MysqlMappedColumn {
     pub name: String,
     /// JSON pointer into the payload; `""` is the whole payload.
     pub pointer: String,
-    pub kind: ColumnKind,
+    pub kind: MysqlColumnKind,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Mapping {
+pub struct MysqlMapping {
     pub key_column: String,
-    pub columns: Vec<MappedColumn>,
+    pub columns: Vec<MysqlMappedColumn>,
     /// The key column's collation when it holds distinct keys equal (case, accents,
     /// trailing spaces): such a record collides with the stored key and is dead-lettered.
     pub merging_collation: Option<String>,
 }
 
-impl Mapping {
+impl MysqlMapping {
     /// The statement's column names, the key's first.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.key_column.as_str())
@@ -62,7 +62,7 @@ pub async fn inspect(
     table: &str,
     key_column: &str,
     columns: &[(String, String)],
-) -> Result<Mapping, String> {
+) -> Result<MysqlMapping, String> {
     let (schema, name) = identifier_of(table);
     let present: Vec<Column> = sqlx::query_as(
         "SELECT CAST(COLUMN_NAME AS CHAR), CAST(DATA_TYPE AS CHAR), CAST(COLUMN_TYPE AS CHAR), \
@@ -136,9 +136,9 @@ pub async fn inspect(
                 find(column).expect("checked above");
             let json_valid = format!("json_valid(`{present}`)");
             let kind = if checks.iter().any(|c| c.eq_ignore_ascii_case(&json_valid)) {
-                ColumnKind::Json
+                MysqlColumnKind::Json
             } else {
-                ColumnKind::of(&Described {
+                MysqlColumnKind::of(&Described {
                     data_type: data_type.clone(),
                     column_type: column_type.clone(),
                     numeric_precision: *numeric,
@@ -148,7 +148,7 @@ pub async fn inspect(
                     max_bytes: *bytes,
                 })
             };
-            MappedColumn {
+            MysqlMappedColumn {
                 name: column.clone(),
                 pointer: pointer.clone(),
                 kind,
@@ -156,7 +156,7 @@ pub async fn inspect(
         })
         .collect();
     let collation = find(key_column).and_then(|c| c.8.clone());
-    Ok(Mapping {
+    Ok(MysqlMapping {
         key_column: key_column.to_string(),
         columns,
         merging_collation: collation.filter(|c| !compares_bytes(Some(c))),
@@ -184,16 +184,16 @@ mod tests {
 
     #[test]
     fn values_are_taken_at_their_pointers_as_text() {
-        let column = |name: &str, pointer: &str, json: bool| MappedColumn {
+        let column = |name: &str, pointer: &str, json: bool| MysqlMappedColumn {
             name: name.into(),
             pointer: pointer.into(),
             kind: if json {
-                ColumnKind::Json
+                MysqlColumnKind::Json
             } else {
-                ColumnKind::Other
+                MysqlColumnKind::Other
             },
         };
-        let mapping = Mapping {
+        let mapping = MysqlMapping {
             key_column: "id".into(),
             columns: vec![
                 column("amount", "/o/amount", false),

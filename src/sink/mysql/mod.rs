@@ -6,7 +6,7 @@
 pub mod check;
 pub mod column;
 mod dead_letters;
-pub mod errno;
+pub(crate) mod errno;
 pub mod mapping;
 pub mod settings;
 pub mod statement;
@@ -19,12 +19,13 @@ use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool, MySqlPoolOptio
 use sqlx::{Connection, Executor, SqlSafeStr};
 
 pub use self::check::check;
-use self::errno::{ErrorClass, classify};
-use self::mapping::Mapping;
+use self::errno::classify;
+use self::mapping::MysqlMapping;
+use self::settings::MysqlSettings;
 use self::statement::{COLLISIONS_VARIABLE, DUPLICATES_VARIABLE, Oversized};
 use self::tables::Created;
 use super::identifier::backtick;
-use super::{Sink, SinkError, WriteOutcome};
+use super::{Sink, SinkError, WriteOutcome, sql_error};
 use crate::record::{DeadLetter, Row};
 use crate::sink::settings::SinkSettings;
 
@@ -44,7 +45,7 @@ pub struct MysqlSink {
     /// The statement's columns, quoted, the key's first.
     columns: Vec<String>,
     /// An existing table's `[sink.columns]`; `None`: the table sluice creates.
-    mapping: Option<Mapping>,
+    mapping: Option<MysqlMapping>,
     /// The table this sink writes, named in its dead letters.
     table: String,
     /// Most bytes of values one statement may carry.
@@ -53,14 +54,16 @@ pub struct MysqlSink {
 }
 
 impl MysqlSink {
-    pub async fn open(sink: &SinkSettings, opening: &super::Opening) -> Result<Self, SinkError> {
+    /// `sink` gives the keys every kind reads (its `backend` is not read: `own` is).
+    pub async fn open(
+        sink: &SinkSettings,
+        own: &MysqlSettings,
+        opening: &super::SinkOpening,
+    ) -> Result<Self, SinkError> {
         let fail = |e: &dyn std::fmt::Display| SinkError {
             url: crate::redact::redact(&sink.url),
             message: crate::redact::redact(&e.to_string()),
             not_now: false,
-        };
-        let Some(own) = sink.mysql() else {
-            return Err(fail(&"the settings are not of a MySQL sink"));
         };
         let options = settings::connect_options(&sink.url).map_err(|e| fail(&e))?;
         // One connection of its own for everything start-up does, made directly: its
@@ -237,7 +240,7 @@ impl MysqlSink {
 async fn mapped(
     conn: &mut MySqlConnection,
     sink: &SinkSettings,
-) -> Result<Option<Mapping>, String> {
+) -> Result<Option<MysqlMapping>, String> {
     let Some(columns) = sink.columns() else {
         return Ok(None);
     };
@@ -251,7 +254,7 @@ async fn mapped(
 }
 
 /// The insert statement's columns, quoted, the key's first.
-fn statement_columns(mapping: Option<&Mapping>) -> Vec<String> {
+fn statement_columns(mapping: Option<&MysqlMapping>) -> Vec<String> {
     match mapping {
         None => CREATED_COLUMNS.iter().map(|c| backtick(c)).collect(),
         Some(m) => m.names().map(backtick).collect(),
@@ -274,7 +277,7 @@ fn merging_key(sink: &SinkSettings, collation: &str) -> String {
 enum Batch<'a> {
     /// Key, payload, source of each row.
     Created(&'a [Row]),
-    /// Each row's values in the order of `Mapping::names`.
+    /// Each row's values in the order of `MysqlMapping::names`.
     Mapped(Vec<Vec<Option<String>>>),
 }
 
@@ -308,7 +311,7 @@ impl Batch<'_> {
 /// Each row's values for an existing table, or the rows that can never go in: those
 /// refused for the same reason as the first.
 fn mapped_values(
-    mapping: &Mapping,
+    mapping: &MysqlMapping,
     rows: &[Row],
 ) -> Result<Vec<Vec<Option<String>>>, WriteOutcome> {
     let mut values = Vec::with_capacity(rows.len());
@@ -364,42 +367,15 @@ fn reason(err: &sqlx::Error) -> String {
 /// Sorts an error into what the delivery should do about it: by its error number, or,
 /// without one, by whether the connection itself failed.
 fn judge(err: &sqlx::Error, throttle_errors: &[u16]) -> WriteOutcome {
-    let why = reason(err);
-    match err {
-        sqlx::Error::Database(db) => {
-            let number = db
-                .try_downcast_ref::<MySqlDatabaseError>()
-                .map_or(0, |e| e.number());
-            match classify(number, throttle_errors) {
-                ErrorClass::Throttle => WriteOutcome::Throttled {
-                    retry_after: None,
-                    unit: None,
-                    reason: why,
-                },
-                ErrorClass::Unavailable => WriteOutcome::Unavailable(why),
-                ErrorClass::Transient => WriteOutcome::Transient(why),
-                ErrorClass::Data => WriteOutcome::Rejected {
-                    rows: None,
-                    reason: why,
-                },
-                ErrorClass::Fatal => WriteOutcome::Fatal(why),
-                ErrorClass::Unexplained => WriteOutcome::Unexplained(why),
-            }
+    sql_error::judge(err, |db| {
+        match db.try_downcast_ref::<MySqlDatabaseError>() {
+            Some(my) => (
+                classify(my.number(), throttle_errors),
+                format!("MySQL error {}: {}", my.number(), my.message()),
+            ),
+            None => (classify(0, throttle_errors), db.message().to_string()),
         }
-        // A certificate refused either way is no outage: waiting cannot fix it.
-        sqlx::Error::Io(_) | sqlx::Error::Tls(_)
-            if crate::tls::certificate_refused(err).is_some() =>
-        {
-            WriteOutcome::Fatal(connect_error(err))
-        }
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => WriteOutcome::Unavailable(why),
-        _ => WriteOutcome::Fatal(why),
-    }
+    })
 }
 
 /// Why a connection could not be made, as `run` and `check` say it: the server's own

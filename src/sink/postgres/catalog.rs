@@ -149,7 +149,7 @@ pub async fn ensure(pool: &PgPool, tables: &[TableUse], lock: &str) -> Result<()
 
 /// What `check` found of one table.
 #[derive(Debug)]
-pub struct Judged {
+pub struct JudgedTable {
     /// `Ok` with what a run will do there, or `Err` naming the right the role lacks.
     pub verdict: Result<String, String>,
     /// A run would change it: create the table or add columns to it.
@@ -162,7 +162,10 @@ type Verdict = Result<String, String>;
 /// holds a READ ONLY transaction): a missing table needs CREATE on its schema (or, when
 /// sluice may not create it, fails), a present one each right a run uses, USAGE on its
 /// serial sequence, and ownership when columns must be added to it.
-pub async fn judge(conn: &mut PgConnection, tables: &[TableUse]) -> Result<Vec<Judged>, String> {
+pub async fn judge(
+    conn: &mut PgConnection,
+    tables: &[TableUse],
+) -> Result<Vec<JudgedTable>, String> {
     let text = |e: sqlx::Error| super::sqlstate::describe(&e);
     let (role,): (String,) = sqlx::query_as("SELECT current_user::text")
         .fetch_one(&mut *conn)
@@ -176,7 +179,7 @@ pub async fn judge(conn: &mut PgConnection, tables: &[TableUse]) -> Result<Vec<J
         } else {
             present(conn, table, &found, &role).await.map_err(text)?
         };
-        verdicts.push(Judged {
+        verdicts.push(JudgedTable {
             verdict,
             changes: !found.exists || !found.missing_columns.is_empty(),
         });

@@ -26,12 +26,12 @@ pub struct MappedColumn {
 
 /// Rows of a batch that can never go in, and why (one reason: the first met).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Refused {
+pub struct RefusedRows {
     pub rows: Vec<usize>,
     pub reason: String,
 }
 
-impl Refused {
+impl RefusedRows {
     /// What the sink answers for them: rows to dead-letter, or, with no row to blame
     /// (the batch could not be encoded), a fatal error.
     pub fn outcome(self) -> crate::sink::WriteOutcome {
@@ -47,12 +47,12 @@ impl Refused {
 
     /// Row `row` cannot go in for `reason`: it joins the rows refused for the first
     /// reason met (the others wait for a later attempt to be named).
-    pub fn note(refused: &mut Option<Refused>, row: usize, reason: String) {
+    pub fn note(refused: &mut Option<RefusedRows>, row: usize, reason: String) {
         match refused {
             Some(r) if r.reason == reason => r.rows.push(row),
             Some(_) => {}
             None => {
-                *refused = Some(Refused {
+                *refused = Some(RefusedRows {
                     rows: vec![row],
                     reason,
                 })
@@ -195,8 +195,11 @@ impl Layout {
     }
 
     /// The batch's insert statement with its arguments bound, or the rows that cannot go in.
-    pub fn insert(&self, rows: &[Row]) -> Result<Query<'static, Postgres, PgArguments>, Refused> {
-        let encoding = |e: sqlx::error::BoxDynError| Refused {
+    pub fn insert(
+        &self,
+        rows: &[Row],
+    ) -> Result<Query<'static, Postgres, PgArguments>, RefusedRows> {
+        let encoding = |e: sqlx::error::BoxDynError| RefusedRows {
             rows: Vec::new(),
             reason: format!("cannot encode the batch: {e}"),
         };
@@ -219,11 +222,11 @@ impl Layout {
                 ..
             } => {
                 let mut objects = Vec::with_capacity(rows.len());
-                let mut refused: Option<Refused> = None;
+                let mut refused: Option<RefusedRows> = None;
                 for (i, row) in rows.iter().enumerate() {
                     match mapped_object(row, key_column, columns, *coerce) {
                         Ok(object) => objects.push(object),
-                        Err(reason) => Refused::note(&mut refused, i, reason),
+                        Err(reason) => RefusedRows::note(&mut refused, i, reason),
                     }
                 }
                 if let Some(refused) = refused {

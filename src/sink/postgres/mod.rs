@@ -2,10 +2,10 @@
 //! DO NOTHING` on the key so redelivery never duplicates a row, and errors sorted by
 //! SQLSTATE so the delivery knows whether to wait, retry, split or stop.
 
-pub mod catalog;
+pub(crate) mod catalog;
 pub mod coerce;
 pub mod layout;
-pub mod nodelay;
+pub(crate) mod nodelay;
 pub mod settings;
 pub mod sqlstate;
 pub mod tables;
@@ -21,6 +21,7 @@ use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, Postgres};
 use sqlx::{Executor, SqlSafeStr};
 
 use self::layout::{Layout, MappedColumn};
+use self::settings::PostgresSettings;
 use self::sqlstate::{Phase, describe, judge};
 use self::tables::{Target, guard_columns, inspect, stored_version_kind};
 use self::upsert::UpsertLayout;
@@ -55,14 +56,16 @@ pub struct PostgresSink {
 }
 
 impl PostgresSink {
-    pub async fn open(sink: &SinkSettings, opening: &super::Opening) -> Result<Self, SinkError> {
+    /// `sink` gives the keys every kind reads (its `backend` is not read: `own` is).
+    pub async fn open(
+        sink: &SinkSettings,
+        own: &PostgresSettings,
+        opening: &super::SinkOpening,
+    ) -> Result<Self, SinkError> {
         let fail = |e: &dyn std::fmt::Display| SinkError {
             url: crate::redact::redact(&sink.url),
             message: e.to_string(),
             not_now: false,
-        };
-        let Some(own) = sink.postgres() else {
-            return Err(fail(&"the settings are not of a PostgreSQL sink"));
         };
         let options = tls::connect_options(&sink.url)
             .map_err(|e| fail(&e))?

@@ -8,6 +8,7 @@
 use sqlx::postgres::{PgDatabaseError, PgErrorPosition};
 
 use crate::sink::WriteOutcome;
+use crate::sink::sql_error::{self, ErrorClass};
 
 /// When the error came: while opening a connection or while running a statement. Some
 /// codes mean different things at each (55000 at connect is a database closed for
@@ -16,29 +17,6 @@ use crate::sink::WriteOutcome;
 pub enum Phase {
     Connect,
     Statement,
-}
-
-/// The pipeline's view of an error class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
-    /// Slow down, like HTTP 429: listed in `sink.throttle_sqlstates`, or out of memory.
-    Throttle,
-    /// The database cannot be reached or cannot take any write now; not the records'
-    /// fault, retried for as long as it lasts.
-    Unavailable,
-    /// May pass on retry but may also be the batch's doing (deadlock, statement timeout):
-    /// retried, then split, then dead-lettered.
-    Transient,
-    /// Some record can never be written (bad value, constraint, a trigger rejecting it):
-    /// split the batch.
-    Permanent,
-    /// The statement, the schema or the credentials are wrong (table dropped, privilege
-    /// revoked, password refused): no record is at fault and none should be dead-lettered.
-    Fatal,
-    /// No rule says whose fault it is: split the batch; a record failing alone is
-    /// dead-lettered only if a write without it succeeds afterwards, otherwise the worker
-    /// stops (see `write/delivery.rs`).
-    Unexplained,
 }
 
 /// "Not now": the server, or the table, cannot take writes for a while. Nothing here is
@@ -167,41 +145,14 @@ pub(super) fn judge(
     phase: Phase,
     throttle_sqlstates: &[String],
 ) -> WriteOutcome {
-    match err {
-        sqlx::Error::Database(db) => {
-            let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            let reason = format!("SQLSTATE {code}: {}", db.message());
-            let routine = db
-                .try_downcast_ref::<PgDatabaseError>()
-                .and_then(PgDatabaseError::routine);
-            match classify(&code, routine, phase, throttle_sqlstates) {
-                ErrorClass::Throttle => WriteOutcome::Throttled {
-                    retry_after: None,
-                    unit: None,
-                    reason,
-                },
-                ErrorClass::Unavailable => WriteOutcome::Unavailable(reason),
-                ErrorClass::Transient => WriteOutcome::Transient(reason),
-                ErrorClass::Permanent => WriteOutcome::Rejected { rows: None, reason },
-                ErrorClass::Fatal => WriteOutcome::Fatal(reason),
-                ErrorClass::Unexplained => WriteOutcome::Unexplained(reason),
-            }
-        }
-        // A certificate refused either way is no outage: waiting cannot fix it.
-        sqlx::Error::Io(_) | sqlx::Error::Tls(_)
-            if crate::tls::certificate_refused(err).is_some() =>
-        {
-            let why = crate::tls::certificate_refused(err).unwrap_or_default();
-            WriteOutcome::Fatal(format!("TLS handshake failed: {why}"))
-        }
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => WriteOutcome::Unavailable(err.to_string()),
-        _ => WriteOutcome::Fatal(err.to_string()),
-    }
+    sql_error::judge(err, |db| {
+        let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+        let routine = db
+            .try_downcast_ref::<PgDatabaseError>()
+            .and_then(PgDatabaseError::routine);
+        let class = classify(&code, routine, phase, throttle_sqlstates);
+        (class, format!("SQLSTATE {code}: {}", db.message()))
+    })
 }
 
 /// How a PostgreSQL error reads in logs and in `check`: its SQLSTATE and message, and

@@ -16,7 +16,7 @@ use sqlx::query::QueryAs;
 use sqlx::{Arguments, AssertSqlSafe};
 
 use super::coerce::Coerce;
-use super::layout::{MappedColumn, Refused, mapped_object};
+use super::layout::{MappedColumn, RefusedRows, mapped_object};
 use crate::record::Row;
 use crate::sink::identifier::quote;
 
@@ -197,8 +197,8 @@ impl UpsertLayout {
 
     /// The batch's upsert with its arguments bound, or the rows that cannot go in. Every
     /// row carries a version (the decoder gives one to each in upsert mode).
-    pub fn upsert(&self, rows: &[Row]) -> Result<Applied, Refused> {
-        let encoding = |e: sqlx::error::BoxDynError| Refused {
+    pub fn upsert(&self, rows: &[Row]) -> Result<Applied, RefusedRows> {
+        let encoding = |e: sqlx::error::BoxDynError| RefusedRows {
             rows: Vec::new(),
             reason: format!("cannot encode the batch: {e}"),
         };
@@ -233,7 +233,7 @@ impl UpsertLayout {
                 ..
             } => {
                 let mut objects = Vec::with_capacity(rows.len());
-                let mut refused: Option<Refused> = None;
+                let mut refused: Option<RefusedRows> = None;
                 for (i, row) in rows.iter().enumerate() {
                     let object = if row.delete {
                         let mut object = Map::new();
@@ -253,7 +253,7 @@ impl UpsertLayout {
                             objects.push(Value::Object(object));
                         }
                         Ok(_) => unreachable!("a mapped row is an object"),
-                        Err(reason) => Refused::note(&mut refused, i, reason),
+                        Err(reason) => RefusedRows::note(&mut refused, i, reason),
                     }
                 }
                 if let Some(refused) = refused {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::identity::{FINGERPRINT_BYTES, FileId};
-use super::locate::Wanted;
+use super::locate::WantedFile;
 use crate::source::SourceError;
 
 /// One file's acknowledged progress.
@@ -36,11 +36,11 @@ pub struct Entry {
 
 impl Entry {
     /// What a file must hold to be the one this entry describes.
-    pub fn wanted(&self) -> Wanted<'_> {
+    pub fn wanted(&self) -> WantedFile<'_> {
         let covered = self
             .covered
             .unwrap_or_else(|| self.offset.min(FINGERPRINT_BYTES));
-        Wanted {
+        WantedFile {
             len: self.offset.max(covered),
             covered,
             fingerprint: &self.fingerprint,

@@ -7,7 +7,7 @@ use std::path::Path;
 use tokio::time::Instant;
 
 use super::identity::FileId;
-use super::locate::{Directory, Wanted};
+use super::locate::{Directory, WantedFile};
 use super::rotation;
 use super::{FileSource, named, open_with_head};
 use crate::source::SourceError;
@@ -102,7 +102,7 @@ impl FileSource {
         let disk = s.disk().expect("a file on disk");
         let seen = disk.seen();
         let (covered, fingerprint) = disk.identity(read_to);
-        let wanted = Wanted {
+        let wanted = WantedFile {
             len: read_to.max(covered),
             covered,
             fingerprint: &fingerprint,

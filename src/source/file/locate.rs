@@ -24,13 +24,13 @@ pub fn display_name(path: &Path) -> String {
 
 /// What is looked for: a file at least `len` long whose first `covered` bytes hash to
 /// `fingerprint`.
-pub struct Wanted<'a> {
+pub struct WantedFile<'a> {
     pub len: u64,
     pub covered: u64,
     pub fingerprint: &'a str,
 }
 
-impl Wanted<'_> {
+impl WantedFile<'_> {
     /// Whether a file `len` long starting with `head` holds the content wanted.
     pub fn matches(&self, len: u64, head: &[u8]) -> bool {
         len >= self.len && fingerprint(head, self.covered) == self.fingerprint
@@ -45,7 +45,7 @@ pub struct Directory<'a> {
 
 impl Directory<'_> {
     /// The file with this identity, if it still holds the content wanted.
-    pub fn by_identity(&self, id: FileId, wanted: &Wanted) -> std::io::Result<Option<Found>> {
+    pub fn by_identity(&self, id: FileId, wanted: &WantedFile) -> std::io::Result<Option<Found>> {
         let mut files = self.files()?;
         files.retain(|(_, meta)| FileId::of(meta) == id);
         Ok(files.into_iter().find_map(|(p, _)| open_if(&p, wanted)))
@@ -66,7 +66,7 @@ impl Directory<'_> {
     /// identifies it, so nothing is looked for while none of it is known.
     pub fn by_content(
         &self,
-        wanted: &Wanted,
+        wanted: &WantedFile,
         exclude: &[FileId],
     ) -> std::io::Result<Option<Found>> {
         if wanted.covered == 0 {
@@ -108,7 +108,7 @@ impl Directory<'_> {
     }
 }
 
-fn open_if(path: &Path, wanted: &Wanted) -> Option<Found> {
+fn open_if(path: &Path, wanted: &WantedFile) -> Option<Found> {
     let file = std::fs::File::open(path).ok()?;
     let meta = file.metadata().ok()?;
     if meta.len() < wanted.len {
@@ -147,7 +147,7 @@ mod tests {
         let found = d
             .by_identity(
                 id,
-                &Wanted {
+                &WantedFile {
                     len: 2,
                     covered: 2,
                     fingerprint: &fp,
@@ -158,7 +158,7 @@ mod tests {
         assert_eq!(display_name(&found.path), "in.ndjson.1");
         assert_eq!(found.head, b"a\nb\n");
         let other = fingerprint(b"x\n", 2);
-        let wanted = Wanted {
+        let wanted = WantedFile {
             len: 2,
             covered: 2,
             fingerprint: &other,
@@ -181,7 +181,7 @@ mod tests {
             excluded: &excluded,
         };
         let fp = fingerprint(b"a\nb\n", 4);
-        let wanted = Wanted {
+        let wanted = WantedFile {
             len: 4,
             covered: 4,
             fingerprint: &fp,
@@ -193,7 +193,7 @@ mod tests {
         let copy = id_of(&dir.path().join("in.ndjson.1"));
         assert!(d.by_content(&wanted, &[copy]).unwrap().is_none());
         // Longer than any candidate: none.
-        let long = Wanted {
+        let long = WantedFile {
             len: 7,
             covered: 4,
             fingerprint: &fp,
@@ -201,7 +201,7 @@ mod tests {
         assert!(d.by_content(&long, &[]).unwrap().is_none());
         // Nothing read yet: every file would match, so none is taken.
         let empty = fingerprint(b"", 0);
-        let nothing = Wanted {
+        let nothing = WantedFile {
             len: 0,
             covered: 0,
             fingerprint: &empty,

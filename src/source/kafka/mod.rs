@@ -4,7 +4,7 @@
 //! local queue is bounded, so memory stays flat whatever the backlog.
 
 pub mod assignment;
-pub mod backlog_scan;
+pub(crate) mod backlog_scan;
 mod bounds;
 pub mod context;
 mod direct;

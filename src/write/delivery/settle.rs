@@ -11,8 +11,7 @@ use crate::control::sink_limit::{Refused, Unit};
 use crate::control::unexplained::UnexplainedFailures;
 use crate::record::{DeadLetter, Row};
 use crate::sink::{ItemOutcome, WriteOutcome};
-use crate::stats::Stats;
-use crate::telemetry::metrics::ITEMS;
+use crate::stats::{ITEMS, Settled, Stats};
 
 /// After this many throttles in a row a batch may be larger than the sink ever takes at
 /// once (its burst): split it rather than livelock on it.
@@ -74,10 +73,8 @@ impl Delivery {
                 duplicates,
             } => {
                 self.taken(s, &piece.rows, inserted + duplicates, sent_at);
-                metrics::counter!(ITEMS, "outcome" => "written").increment(inserted);
-                metrics::counter!(ITEMS, "outcome" => "duplicate").increment(duplicates);
-                Stats::add(&self.stats.written, inserted);
-                Stats::add(&self.stats.duplicates, duplicates);
+                self.stats.settled(Settled::Written, inserted);
+                self.stats.settled(Settled::Duplicate, duplicates);
             }
             WriteOutcome::SkippedBySink {
                 inserted,
@@ -85,12 +82,9 @@ impl Delivery {
                 skipped,
             } => {
                 self.taken(s, &piece.rows, inserted + duplicates + skipped, sent_at);
-                metrics::counter!(ITEMS, "outcome" => "written").increment(inserted);
-                metrics::counter!(ITEMS, "outcome" => "duplicate").increment(duplicates);
-                metrics::counter!(ITEMS, "outcome" => "skipped_by_sink").increment(skipped);
-                Stats::add(&self.stats.written, inserted);
-                Stats::add(&self.stats.duplicates, duplicates);
-                Stats::add(&self.stats.skipped_by_sink, skipped);
+                self.stats.settled(Settled::Written, inserted);
+                self.stats.settled(Settled::Duplicate, duplicates);
+                self.stats.settled(Settled::SkippedBySink, skipped);
             }
             WriteOutcome::Upserted {
                 written,
@@ -100,16 +94,11 @@ impl Delivery {
                 skipped,
             } => {
                 self.taken(s, &piece.rows, piece.rows.len() as u64, sent_at);
-                metrics::counter!(ITEMS, "outcome" => "written").increment(written);
-                metrics::counter!(ITEMS, "outcome" => "deleted").increment(deleted);
-                metrics::counter!(ITEMS, "outcome" => "stale").increment(stale);
-                metrics::counter!(ITEMS, "outcome" => "superseded").increment(superseded);
-                metrics::counter!(ITEMS, "outcome" => "skipped_by_sink").increment(skipped);
-                Stats::add(&self.stats.written, written);
-                Stats::add(&self.stats.deleted, deleted);
-                Stats::add(&self.stats.stale, stale);
-                Stats::add(&self.stats.superseded, superseded);
-                Stats::add(&self.stats.skipped_by_sink, skipped);
+                self.stats.settled(Settled::Written, written);
+                self.stats.settled(Settled::Deleted, deleted);
+                self.stats.settled(Settled::Stale, stale);
+                self.stats.settled(Settled::Superseded, superseded);
+                self.stats.settled(Settled::SkippedBySink, skipped);
             }
             WriteOutcome::Throttled {
                 retry_after,
@@ -344,7 +333,10 @@ impl Delivery {
         let attempts = piece.attempts + 1;
         let mut sorted = Sorted::default();
         for (row, item) in piece.rows.into_iter().zip(items) {
-            metrics::counter!(ITEMS, "outcome" => item.label()).increment(1);
+            // What was taken is counted once sorted, with the summary's counters.
+            if !matches!(item, ItemOutcome::Written | ItemOutcome::Duplicate) {
+                metrics::counter!(ITEMS, "outcome" => item.label()).increment(1);
+            }
             match item {
                 ItemOutcome::Written => {
                     sorted.inserted += 1;
@@ -375,8 +367,15 @@ impl Delivery {
         if took_any {
             let taken = sorted.inserted + sorted.duplicates;
             self.taken(s, &sorted.taken, taken, sent_at);
-            Stats::add(&self.stats.written, sorted.inserted);
-            Stats::add(&self.stats.duplicates, sorted.duplicates);
+            for (outcome, n) in [
+                (Settled::Written, sorted.inserted),
+                (Settled::Duplicate, sorted.duplicates),
+            ] {
+                // A label no item had is not started at 0, as before.
+                if n > 0 {
+                    self.stats.settled(outcome, n);
+                }
+            }
         }
         if !sorted.throttled.is_empty() {
             let refused = sorted.throttled;

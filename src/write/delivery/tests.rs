@@ -4,6 +4,7 @@ use crate::write::{WritePath, WriteSettings};
 use async_trait::async_trait;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering::Relaxed;
+use tokio_util::sync::CancellationToken;
 
 /// A test sink's dead-letter store: (key, reason) of each letter, all taken.
 pub(super) fn keep_dead_letters(
@@ -314,7 +315,8 @@ async fn shutdown_during_a_throttle_pause_leaves_the_batch_unacknowledged_at_onc
     });
     let (d, _) = delivery(sink.clone(), 8);
     let d = Arc::new(d);
-    let (stop, stopped) = crate::shutdown::channel();
+    let stopped = CancellationToken::new();
+    let stop = stopped.clone();
     let task = tokio::spawn({
         let d = d.clone();
         async move {
@@ -336,7 +338,7 @@ async fn shutdown_during_a_throttle_pause_leaves_the_batch_unacknowledged_at_onc
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     assert_eq!(*sink.calls.lock().unwrap(), 1, "sent once, then paused");
     let asked = tokio::time::Instant::now();
-    stop.trigger();
+    stop.cancel();
     let acked = task.await.unwrap().unwrap();
     assert_eq!(asked.elapsed(), std::time::Duration::ZERO, "no waiting out");
     assert!(acked.is_empty(), "nothing acknowledged: {acked:?}");
@@ -348,8 +350,9 @@ async fn shutdown_during_a_throttle_pause_leaves_the_batch_unacknowledged_at_onc
 async fn a_batch_that_need_not_wait_is_still_written_after_shutdown() {
     let sink = Arc::new(RuleSink::default());
     let (d, _) = delivery(sink.clone(), 8);
-    let (stop, stopped) = crate::shutdown::channel();
-    stop.trigger();
+    let stopped = CancellationToken::new();
+    let stop = stopped.clone();
+    stop.cancel();
     let positions = vec![Position {
         lane: 0,
         start: 0,
@@ -384,7 +387,8 @@ async fn shutdown_during_an_outage_backoff_gives_the_batch_up() {
     }
     let stats = Arc::new(Stats::default());
     let d = delivery_with(Arc::new(Down), RetryConfig::default(), stats);
-    let (stop, stopped) = crate::shutdown::channel();
+    let stopped = CancellationToken::new();
+    let stop = stopped.clone();
     let started = tokio::time::Instant::now();
     let task = tokio::spawn(async move {
         d.deliver_until(
@@ -402,7 +406,7 @@ async fn shutdown_during_an_outage_backoff_gives_the_batch_up() {
         .await
     });
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-    stop.trigger();
+    stop.cancel();
     assert!(task.await.unwrap().unwrap().is_empty());
     assert_eq!(started.elapsed(), std::time::Duration::from_secs(5));
 }

@@ -281,16 +281,13 @@ async fn the_limit_is_told_of_a_write_stalled_while_others_are_answered() {
 
 /// An adaptive limit: AIMD, which cuts at once on a push-back.
 fn adaptive() -> LimitGate {
-    LimitGate::new(Box::new(crate::control::limit::aimd::AimdLimit::new(
-        5,
-        1,
-        64,
-        1.0,
-        0.9,
-        ms(115),
-        0.95,
-        10,
-    )))
+    use crate::control::limit::aimd::{AimdLimit, AimdParams};
+    LimitGate::new(Box::new(AimdLimit::new(AimdParams {
+        initial: 5,
+        max: 64,
+        target: ms(115),
+        ..AimdParams::default()
+    })))
 }
 
 #[tokio::test(start_paused = true)]

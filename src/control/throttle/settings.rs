@@ -1,13 +1,22 @@
 //! `[throttle]`: how the worker learns what the sink takes, holds under it, probes above
-//! it, and pauses when the sink says so.
+//! it, and pauses when the sink says so. It builds the pause ([`ThrottleParams`]) and the
+//! learned limit ([`LimitParams`]); the limit's defaults are `LimitParams::default`, the
+//! one its unit tests run on.
 
 use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::schema;
-use crate::settings::Problems;
+use super::ThrottleParams;
+use crate::control::backoff::Backoff;
+use crate::control::sink_limit::LimitParams;
+use crate::settings::{HumanDuration, Problems};
+
+/// A Retry-After pause is stretched by up to this share of itself unless told.
+const DEFAULT_PAUSE_JITTER: f64 = 0.2;
+/// The longest pause on a throttle that does not say how long, unless told.
+const DEFAULT_MAX_PAUSE: Duration = Duration::from_millis(500);
 
 /// How the worker learns what the sink takes and holds under it (see `control::sink_limit`),
 /// and how it pauses when the sink says so.
@@ -22,7 +31,7 @@ pub struct ThrottleConfig {
     /// The rate never drops below this share of the configured rate.
     pub min_multiplier: f64,
     /// Quiet time between probes above a learned limit.
-    #[schemars(with = "schema::HumanDuration")]
+    #[schemars(with = "HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub probe_every: Duration,
     /// A probe sends this multiple of the learned limit, for one second.
@@ -31,27 +40,50 @@ pub struct ThrottleConfig {
     pub pause_jitter: f64,
     /// The longest pause on a throttle that does not say how long (503 without
     /// Retry-After): how late the worker may notice that a sink which was down is back.
-    #[schemars(with = "schema::HumanDuration")]
+    #[schemars(with = "HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub max_pause: Duration,
 }
 
 impl Default for ThrottleConfig {
     fn default() -> Self {
+        let limit = LimitParams::default();
         ThrottleConfig {
-            hold: 0.97,
-            beta: 0.7,
-            min_multiplier: 0.05,
-            probe_every: Duration::from_secs(10),
-            probe_gain: 1.05,
-            pause_jitter: 0.2,
-            max_pause: Duration::from_millis(500),
+            hold: limit.hold,
+            beta: limit.beta,
+            min_multiplier: limit.min_multiplier,
+            probe_every: limit.probe_every,
+            probe_gain: limit.probe_gain,
+            pause_jitter: DEFAULT_PAUSE_JITTER,
+            max_pause: DEFAULT_MAX_PAUSE,
         }
     }
 }
 
 impl ThrottleConfig {
-    pub(super) fn validate(&self, p: &mut Problems) {
+    /// The learned limit's tuning: these keys over `LimitParams`' defaults for the rest.
+    pub fn limit_params(&self) -> LimitParams {
+        LimitParams {
+            hold: self.hold,
+            beta: self.beta,
+            min_multiplier: self.min_multiplier,
+            probe_every: self.probe_every,
+            probe_gain: self.probe_gain,
+            ..LimitParams::default()
+        }
+    }
+
+    /// The pause: at most one fresh signal per `window` (the tick), and `backoff` when the
+    /// sink does not say how long.
+    pub fn throttle_params(&self, window: Duration, backoff: Backoff) -> ThrottleParams {
+        ThrottleParams {
+            window,
+            pause_jitter: self.pause_jitter,
+            backoff,
+        }
+    }
+
+    pub(crate) fn validate(&self, p: &mut Problems) {
         let t = self;
         let open_unit = |x: f64| x.is_finite() && x > 0.0 && x < 1.0;
         if !open_unit(t.beta) {
@@ -76,5 +108,20 @@ impl ThrottleConfig {
         p.positive_duration("throttle.probe_every", t.probe_every);
         p.within("throttle.pause_jitter", t.pause_jitter, 0.0, 1000.0);
         p.positive_duration("throttle.max_pause", t.max_pause);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sink limit's unit tests run on `LimitParams::default()`: an unset `[throttle]`
+    /// is those same numbers.
+    #[test]
+    fn an_unset_throttle_table_is_the_limit_its_tests_run_on() {
+        assert_eq!(
+            ThrottleConfig::default().limit_params(),
+            LimitParams::default()
+        );
     }
 }

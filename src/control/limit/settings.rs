@@ -1,17 +1,19 @@
 //! `[concurrency]`: how many writes may be in flight — a fixed number, or a limit that
-//! adapts to the sink's latency (aimd, vegas, gradient2) — and the limit it builds.
+//! adapts to the sink's latency (aimd, vegas, gradient2) — and the limit it builds. Its
+//! defaults are the algorithms' own ([`AimdParams::default`]), declared once.
 
 use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::schema;
-use crate::settings::Problems;
+use super::ConcurrencyLimit;
+use super::aimd::{AimdLimit, AimdParams};
+use super::fixed::FixedLimit;
+use super::gradient2::Gradient2Limit;
+use super::vegas::VegasLimit;
 use crate::settings::bounds::{MOST_IN_FLIGHT, MOST_WINDOW};
-
-/// Where an adaptive concurrency limit starts unless told.
-const DEFAULT_INITIAL_LIMIT: usize = 4;
+use crate::settings::{HumanDuration, Problems};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -35,7 +37,7 @@ pub struct ConcurrencyConfig {
     /// An adaptive limit's floor.
     pub min: usize,
     /// aimd: the latency the judged percentile must stay under.
-    #[schemars(with = "schema::HumanDuration")]
+    #[schemars(with = "HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub target_latency: Duration,
     /// aimd: the percentile of the window judged (0.95 = p95).
@@ -60,16 +62,17 @@ pub struct ConcurrencyConfig {
 
 impl Default for ConcurrencyConfig {
     fn default() -> Self {
+        let aimd = AimdParams::default();
         ConcurrencyConfig {
             algorithm: ConcurrencyAlgorithm::Fixed,
-            max: 4,
+            max: aimd.max,
             initial: None,
-            min: 1,
-            target_latency: Duration::from_millis(200),
-            percentile: 0.95,
-            window: 10,
-            increase: 1.0,
-            backoff_ratio: 0.9,
+            min: aimd.min,
+            target_latency: aimd.target,
+            percentile: aimd.percentile,
+            window: aimd.window,
+            increase: aimd.increase,
+            backoff_ratio: aimd.backoff_ratio,
             smoothing: 0.2,
             tolerance: 1.5,
             queue: 1.0,
@@ -87,10 +90,10 @@ impl ConcurrencyConfig {
     /// Where an adaptive limit starts.
     pub fn initial(&self) -> usize {
         self.initial
-            .unwrap_or(DEFAULT_INITIAL_LIMIT.max(self.min).min(self.max))
+            .unwrap_or(AimdParams::default().initial.max(self.min).min(self.max))
     }
 
-    pub(super) fn validate(&self, p: &mut Problems) {
+    pub(crate) fn validate(&self, p: &mut Problems) {
         p.count("concurrency.max", self.max as u64, 1, MOST_IN_FLIGHT);
         p.count("concurrency.min", self.min as u64, 1, MOST_IN_FLIGHT);
         if self.min > self.max {
@@ -156,30 +159,34 @@ impl ConcurrencyConfig {
         p.within("concurrency.queue", self.queue, 0.0, MOST_IN_FLIGHT as f64);
     }
 
+    /// AIMD's parameters as configured.
+    pub fn aimd(&self) -> AimdParams {
+        AimdParams {
+            initial: self.initial(),
+            min: self.min,
+            max: self.max,
+            increase: self.increase,
+            backoff_ratio: self.backoff_ratio,
+            target: self.target_latency,
+            percentile: self.percentile,
+            window: self.window,
+        }
+    }
+
     /// The limit this configuration describes; `validate` has held `min ≤ initial ≤ max`.
-    pub fn build(&self) -> Box<dyn crate::control::limit::ConcurrencyLimit> {
-        use crate::control::limit::{aimd, fixed, gradient2, vegas};
+    pub fn build(&self) -> Box<dyn ConcurrencyLimit> {
         let initial = self.initial();
         match self.algorithm {
-            ConcurrencyAlgorithm::Fixed => Box::new(fixed::FixedLimit(self.max)),
-            ConcurrencyAlgorithm::Aimd => Box::new(aimd::AimdLimit::new(
-                initial,
-                self.min,
-                self.max,
-                self.increase,
-                self.backoff_ratio,
-                self.target_latency,
-                self.percentile,
-                self.window,
-            )),
-            ConcurrencyAlgorithm::Vegas => Box::new(vegas::VegasLimit::new(
+            ConcurrencyAlgorithm::Fixed => Box::new(FixedLimit(self.max)),
+            ConcurrencyAlgorithm::Aimd => Box::new(AimdLimit::new(self.aimd())),
+            ConcurrencyAlgorithm::Vegas => Box::new(VegasLimit::new(
                 initial,
                 self.min,
                 self.max,
                 self.smoothing,
                 rand::random(),
             )),
-            ConcurrencyAlgorithm::Gradient2 => Box::new(gradient2::Gradient2Limit::new(
+            ConcurrencyAlgorithm::Gradient2 => Box::new(Gradient2Limit::new(
                 initial,
                 self.min,
                 self.max,
@@ -188,5 +195,17 @@ impl ConcurrencyConfig {
                 self.queue,
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The unit tests of `aimd` start from `AimdParams::default()`: a worker configured
+    /// with nothing runs on those same numbers.
+    #[test]
+    fn an_unset_concurrency_table_is_aimd_on_its_tested_defaults() {
+        assert_eq!(ConcurrencyConfig::default().aimd(), AimdParams::default());
     }
 }
