@@ -5,12 +5,15 @@
 
 pub mod backoff;
 pub mod balance;
+pub mod bounded_by;
 pub mod cadence;
 pub mod health;
 pub mod item_refusals;
+pub mod latency_window;
 pub mod lease_table;
 pub mod limit;
 pub mod peak_usage;
+pub mod probe_target;
 pub mod quota_unit;
 pub mod retry_after;
 pub mod retry_budget;
