@@ -13,6 +13,97 @@ fn probe(toml_text: &str) -> ProbeConfig {
         .unwrap()
 }
 
+fn key_of(sink: &SinkSettings, p: ProbeConfig) -> std::borrow::Cow<'static, str> {
+    let health = HealthConfig { probe: vec![p] };
+    only_key(|problems| health.validate(sink, problems))
+}
+
+#[test]
+fn a_builtin_on_the_sinks_database_with_a_duration_limit() {
+    let p = probe("builtin = \"replica_lag\"\nmax = \"2s\"\ncritical = 30");
+    let mut problems = Problems::default();
+    HealthConfig {
+        probe: vec![p.clone()],
+    }
+    .validate(&pg_sink(), &mut problems);
+    problems.into_result().unwrap();
+    assert_eq!(p.name(), "replica_lag");
+    assert_eq!(p.max(None), 2.0);
+    assert_eq!(p.critical(None), Some(30.0));
+    assert_eq!(p.interval(), Duration::from_secs(1));
+    assert_eq!(p.url(&pg_sink()), "postgres://u@127.0.0.1/db");
+}
+
+#[test]
+fn refuses_mistakes_by_key() {
+    let sink = pg_sink();
+    let cases = [
+        ("max = 1", "health.probe.builtin"),
+        (
+            "builtin = \"active_sessions\"\nquery = \"select 1\"\nmax = 1",
+            "health.probe.query",
+        ),
+        ("query = \"select 1\"\nmax = 1", "health.probe.name"),
+        (
+            "builtin = \"active_sessions\"\nmax = \"soon\"",
+            "health.probe.max",
+        ),
+        (
+            "builtin = \"active_sessions\"\nmax = 5\ncritical = 5",
+            "health.probe.critical",
+        ),
+        (
+            "builtin = \"active_sessions\"\nmax = 5\nresume_ratio = 0",
+            "health.probe.resume_ratio",
+        ),
+        (
+            "builtin = \"active_sessions\"\nmax = 5\ninterval = \"1ms\"",
+            "health.probe.interval",
+        ),
+        (
+            "builtin = \"active_sessions\"\nmax = 5\nurl = \"http://x\"",
+            "health.probe.url",
+        ),
+        (
+            "builtin = \"active_sessions\"\nmax = 5\nreplicas = [\"postgres://h/d\"]",
+            "health.probe.replicas",
+        ),
+        (
+            "builtin = \"replica_lag\"\nmax = 5\nurl = \"postgres://h/d\"\nreplicas = [\"mysql://u@h/d\"]",
+            "health.probe.replicas",
+        ),
+        (
+            "builtin = \"replica_lag\"\nmax = 5\nurl = \"mysql://u@h/d\"",
+            "health.probe.replicas",
+        ),
+        (
+            "builtin = \"replica_lag\"\nmax = 5\nreplicas = [\"mysql://u@h/d\", \"http://x\"]",
+            "health.probe.replicas",
+        ),
+    ];
+    // MySQL replicas alone are enough, whatever the sink.
+    let ok = HealthConfig {
+        probe: vec![probe(
+            "builtin = \"replica_lag\"\nmax = 5\nreplicas = [\"mysql://u@h/d\"]",
+        )],
+    };
+    let mut problems = Problems::default();
+    ok.validate(&SinkSettings::default(), &mut problems);
+    problems.into_result().unwrap();
+    for (text, key) in cases {
+        assert_eq!(key_of(&sink, probe(text)), key, "{text}");
+    }
+    let sqlite = SinkSettings::default();
+    assert_eq!(
+        key_of(&sqlite, probe("builtin = \"active_sessions\"\nmax = 5")),
+        "health.probe.url"
+    );
+    let twice = HealthConfig {
+        probe: vec![probe("builtin = \"active_sessions\"\nmax = 5"); 2],
+    };
+    assert_eq!(only_key(|p| twice.validate(&sink, p)), "health.probe.name");
+}
+
 fn problems(p: &ProbeConfig) -> Result<(), ConfigError> {
     let mut problems = Problems::default();
     HealthConfig {
