@@ -103,6 +103,10 @@ pub struct Pipeline {
     /// Database-health probes and operator controls, asked at every tick.
     health: Arc<Health>,
     key_order: Option<Arc<KeyOrder>>,
+    /// What the target rate is, for "bounded by": the configured rate, or the leases.
+    target_by: &'static str,
+    /// What set the rate at the last plan (empty: nothing, there is no ceiling).
+    rate_by: String,
 }
 
 /// A batch's delivery, spawned: the positions to acknowledge once the batch is settled.
@@ -126,6 +130,8 @@ impl Pipeline {
             max_batch: options.max_batch,
             health: Arc::new(Health::new(&[], stats.clone())),
             key_order: decoder.is_upsert().then(Arc::default),
+            target_by: crate::control::bounded_by::CEILING,
+            rate_by: String::new(),
             source,
             sink: write_path.sink().clone(),
             decoder,
@@ -143,6 +149,13 @@ impl Pipeline {
     /// from it.
     pub fn with_health(mut self, health: Arc<Health>) -> Self {
         self.health = health;
+        self
+    }
+
+    /// The target rate comes from leases (or a share of a capacity), not the
+    /// configuration: "bounded by" says so.
+    pub fn leased(mut self) -> Self {
+        self.target_by = "leases";
         self
     }
 

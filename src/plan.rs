@@ -15,7 +15,8 @@ pub struct DrainPlan {
     /// What the backlog leaves out, where the source cannot count everything.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backlog_note: Option<String>,
-    /// Records per second this worker may use now.
+    /// Records per second this worker may use now (null: no ceiling of ours, `"auto"` or
+    /// `"off"`).
     pub worker_rate: f64,
     /// With leases: the pool's capacity and how much of it is held right now.
     pub pool_capacity: Option<f64>,
@@ -33,8 +34,16 @@ pub struct DrainPlan {
 pub struct ProbeReport {
     pub name: String,
     pub value: Option<f64>,
-    pub max: f64,
+    /// None: no max.
+    pub max: Option<f64>,
     pub critical: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<f64>,
+    /// A canary's baseline, measured over its window now, and its age (0: just now).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_age_s: Option<f64>,
     /// "writes go", or why they would be held or stopped.
     pub verdict: String,
     pub holds: bool,
@@ -49,26 +58,45 @@ impl ProbeReport {
         use crate::control::health::{ProbeGate, ProbeLimits, ProbeState, Reading};
         let task = crate::health::probe::ProbeTask::new(probe, &config.sink);
         let mut conns: Vec<_> = task.targets.iter().map(|_| None).collect();
-        let reading = task.run_once(&mut conns).await;
+        let (reading, baseline) = match task.canary {
+            Some(window) => measure_baseline(&task, &mut conns, window).await,
+            None => (task.run_once(&mut conns).await, None),
+        };
         let limits = ProbeLimits {
-            max: probe.max(),
+            max: probe.max(baseline),
             resume_ratio: probe.resume_ratio,
-            critical: probe.critical(),
+            critical: probe.critical(baseline),
             stale_after: Duration::MAX,
         };
         let mut gate = ProbeGate::new(limits);
         gate.observe(Duration::ZERO, reading.clone());
         let unit = match probe.builtin {
             Some(crate::health::settings::Builtin::ReplicaLag) => " s",
+            Some(crate::health::settings::Builtin::Canary) => " s",
             _ => "",
         };
         let name = probe.name().to_string();
+        let target = probe.target(baseline);
         let (verdict, holds) = match gate.state(Duration::ZERO) {
             ProbeState::Clear => (
                 format!(
-                    "{name} = {:.3}{unit}, under max {}{unit}: writes go",
+                    "{name} = {:.3}{unit}{}{}: writes go",
                     gate.value().unwrap_or(0.0),
-                    limits.max
+                    if limits.max.is_finite() {
+                        format!(", under max {}{unit}", limits.max)
+                    } else {
+                        String::new()
+                    },
+                    match (baseline, target) {
+                        (Some(b), Some(t)) => format!(
+                            " (baseline {:.2} ms measured now, target {:.2} ms)",
+                            b * 1000.0,
+                            t * 1000.0
+                        ),
+                        (Some(b), None) => format!(" (baseline {:.2} ms measured now)", b * 1000.0),
+                        (None, Some(t)) => format!(", target {t}{unit}"),
+                        (None, None) => String::new(),
+                    }
                 ),
                 false,
             ),
@@ -93,10 +121,37 @@ impl ProbeReport {
                 Reading::Value(v) => Some(v),
                 Reading::Failed(_) => None,
             },
-            max: limits.max,
+            max: limits.max.is_finite().then_some(limits.max),
             critical: limits.critical,
+            target,
+            baseline,
+            baseline_age_s: baseline.map(|_| 0.0),
             verdict,
             holds,
+        }
+    }
+}
+
+/// A canary's runs over one window, as a worker measures its baseline before the first
+/// write: the last reading and the baseline (None if a run failed).
+async fn measure_baseline(
+    task: &crate::health::probe::ProbeTask,
+    conns: &mut [Option<crate::health::query::Conn>],
+    window: (Duration, f64),
+) -> (crate::control::health::Reading, Option<f64>) {
+    use crate::control::health::Reading;
+    let mut runs = crate::health::probe::CanaryRuns::new(window);
+    let mut ticker = tokio::time::interval(task.interval);
+    loop {
+        ticker.tick().await;
+        match task.run_once(conns).await {
+            Reading::Value(latency) => {
+                let (value, baseline) = runs.add(latency);
+                if baseline {
+                    return (Reading::Value(value), Some(value));
+                }
+            }
+            failed => return (failed, None),
         }
     }
 }
@@ -110,7 +165,11 @@ impl DrainPlan {
     pub fn new(config: &Config, backlog: Option<u64>) -> DrainPlan {
         let worker_rate = match &config.leases {
             Some(l) => l.reserved,
-            None => config.rate.records_per_second,
+            None => config
+                .rate
+                .records_per_second
+                .fixed()
+                .unwrap_or(f64::INFINITY),
         };
         let mut plan = DrainPlan {
             backlog,
@@ -157,7 +216,9 @@ impl DrainPlan {
 
     fn eta(&self) -> Option<f64> {
         let rate = self.drain_rate();
-        self.backlog.filter(|_| rate > 0.0).map(|b| b as f64 / rate)
+        self.backlog
+            .filter(|_| rate > 0.0 && rate.is_finite())
+            .map(|b| b as f64 / rate)
     }
 }
 
@@ -179,6 +240,10 @@ impl std::fmt::Display for DrainPlan {
                 "; at {} rec/s about {}",
                 thousands(self.worker_rate.round() as u64),
                 human(Duration::from_secs_f64(eta))
+            )?,
+            (None, None) if self.worker_rate.is_infinite() => write!(
+                f,
+                "; no ceiling of ours (rate.records_per_second is \"auto\" or \"off\"): as fast as the sink and the probes' targets allow"
             )?,
             (None, _) => {}
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::atomic_f64::AtomicF64;
+use crate::control::bounded_by::{Bound, BoundedBy, ceiling_all_along, describe};
 use crate::control::sink_limit::Unit;
 use crate::source::Backlog;
 
@@ -68,6 +69,8 @@ pub struct Stats {
     pub deadline_reached: AtomicBool,
     /// New writes are held by a health probe or the operator: the leases see no demand.
     pub held: AtomicBool,
+    /// What bounded the rate, tick by tick.
+    pub bounded_by: std::sync::Mutex<BoundedBy>,
 }
 
 /// Records settled per outcome, `outcome` its label; [`Stats::settled`] counts them.
@@ -234,6 +237,7 @@ impl Stats {
             elapsed_s: (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
             remaining: self.remaining.get().copied().flatten(),
             deadline_reached: self.deadline_reached.load(Relaxed),
+            bounded_by: crate::lock::lock(&self.bounded_by).bounds(),
             error: None,
         }
     }
@@ -283,6 +287,9 @@ pub struct Summary {
     /// `--deadline` stopped the run before the source was drained.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deadline_reached: bool,
+    /// What bounded the rate and for what share of the run, the largest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bounded_by: Vec<Bound>,
     /// Why the run failed (exit 1 or 2); absent when it succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -301,7 +308,7 @@ impl std::fmt::Display for Summary {
         };
         write!(
             f,
-            "pulled {} · written {} · duplicates {}{}{} · dead-lettered {} · throttled {} · retries {} · resent unanswered {} · {:.1} s ({:.0} rec/s){}{}",
+            "pulled {} · written {} · duplicates {}{}{} · dead-lettered {} · throttled {} · retries {} · resent unanswered {} · {:.1} s ({:.0} rec/s){}{}{}",
             self.pulled,
             self.written,
             self.duplicates,
@@ -330,6 +337,16 @@ impl std::fmt::Display for Summary {
                 " · stopped at the deadline"
             } else {
                 ""
+            },
+            if self.bounded_by.is_empty() {
+                String::new()
+            } else {
+                let whole = if ceiling_all_along(&self.bounded_by) {
+                    " (the whole run: raise it, or set it to \"auto\")"
+                } else {
+                    ""
+                };
+                format!(" · bounded by: {}{whole}", describe(&self.bounded_by))
             }
         )
     }

@@ -255,7 +255,7 @@ async fn run_with(
     });
     let stats = Arc::new(Stats::default());
     let rate = RateConfig {
-        records_per_second: 1_000_000.0,
+        records_per_second: 1_000_000.0.into(),
         tick: Duration::from_millis(200),
     };
     let settings = WriteSettings {
@@ -266,7 +266,11 @@ async fn run_with(
     let pipeline = Pipeline::new(
         Box::new(Endless { next: 0 }),
         Decoder::new(Some("/id".into())),
-        Cadence::new(rate.records_per_second, rate.tick, TokioClock::default()),
+        Cadence::new(
+            rate.records_per_second.cadence_rate(),
+            rate.tick,
+            TokioClock::default(),
+        ),
         WritePath::with_limit(sink.clone(), &settings, limit, stats.clone()).seeded(3),
         stats,
         RunOptions {

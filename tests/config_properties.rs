@@ -203,7 +203,7 @@ fn build_everything(config: &Config) {
         }
     }
     let cadence = Cadence::new(
-        config.rate.records_per_second,
+        config.rate.records_per_second.cadence_rate(),
         config.rate.tick,
         FakeRelativeClock::default(),
     );

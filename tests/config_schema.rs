@@ -162,9 +162,18 @@ fn the_schema_refuses_what_sluice_refuses() {
     let validator = jsonschema::validator_for(&schema()).unwrap();
     let base = "[source]\nkind = \"file\"\npath = \"x.ndjson\"\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://x.db\"\n";
     assert!(problems(&validator, &to_json(base, "base")).is_empty());
+    for rate in ["\"auto\"", "\"off\"", "250.5"] {
+        let text = format!("{base}[rate]\nrecords_per_second = {rate}\n");
+        let found = problems(&validator, &to_json(&text, rate));
+        assert!(found.is_empty(), "{rate}: {found:?}");
+    }
     for (extra, why) in [
         ("[rate]\nrecords_per_secnd = 5\n", "an unknown key"),
         ("[rate]\ntick = 200\n", "a duration that is not a string"),
+        (
+            "[rate]\nrecords_per_second = \"fast\"\n",
+            "a rate neither a number, auto nor off",
+        ),
         (
             "[concurrency]\nalgorithm = \"tcp\"\n",
             "an unknown algorithm",

@@ -64,7 +64,7 @@ pub async fn probe_all(config: &Config, timeout: Duration) -> Vec<Probe> {
             match task.run_once(&mut conns).await {
                 crate::control::health::Reading::Value(v) => {
                     let tls = task.tls(&mut conns).await;
-                    Ok(format!("reads {v} (max {}), {tls}", probe.max()))
+                    Ok(format!("reads {v} ({}), {tls}", probe.describe_limits()))
                 }
                 crate::control::health::Reading::Failed(e) => Err(e),
             }

@@ -168,12 +168,16 @@ fn print_status(status: &crate::telemetry::control::Status) {
     );
     for p in &status.probes {
         println!(
-            "probe {}: {} (max {}{})  {}",
+            "probe {}: {} (max {}{}{})  {}",
             p.name,
             p.value.map_or("-".into(), |v| v.to_string()),
-            p.max,
+            p.max.map_or("none".into(), |m| m.to_string()),
             p.critical
                 .map_or(String::new(), |c| format!(", critical {c}")),
+            p.target.map_or(String::new(), |t| format!(
+                ", target {t}, steering at {:.0} rec/s",
+                p.steered_rate.unwrap_or(0.0)
+            )),
             p.state
         );
     }

@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 
 use super::leases::{join_pool, lease_keeper};
 use super::{ConfigArgs, EXIT_CONFIG, EXIT_RUNTIME, load};
-use crate::config::{Config, Overrides};
+use crate::config::{Config, Overrides, RecordsPerSecond, Unbounded};
 use crate::control::cadence::Cadence;
 use crate::control::lease_table::PoolDefinition;
 use crate::decode::Decoder;
@@ -49,9 +49,9 @@ pub(super) struct RunArgs {
     /// Print a summary of the run on stdout in this format.
     #[arg(long, value_enum, value_name = "FORMAT")]
     summary: Option<SummaryFormat>,
-    /// Overrides rate.records_per_second.
-    #[arg(long, value_name = "REC_PER_S")]
-    rate: Option<f64>,
+    /// Overrides rate.records_per_second: a number, `auto` or `off`.
+    #[arg(long, value_name = "REC_PER_S|auto|off")]
+    rate: Option<crate::config::RecordsPerSecond>,
     /// Overrides source.path (file source; "-" is stdin).
     #[arg(long, value_name = "PATH")]
     input: Option<PathBuf>,
@@ -226,7 +226,7 @@ async fn drain(
     let initial_rate = match &config.leases {
         Some(l) if l.by_assignment() => l.reserved.max(1.0),
         Some(l) => l.reserved,
-        None => config.rate.records_per_second,
+        None => config.rate.records_per_second.cadence_rate(),
     };
     let cadence = Cadence::new(initial_rate, config.rate.tick, TokioClock::default());
     tracing::info!(
@@ -237,10 +237,16 @@ async fn drain(
         config.source.describe(),
         config.sink.table
     );
-    let health = Arc::new(crate::health::Health::new(
-        &config.health.probe,
-        stats.clone(),
-    ));
+    let mut health = crate::health::Health::new(&config.health.probe, stats.clone());
+    if config.rate.records_per_second == RecordsPerSecond::Unbounded(Unbounded::Off) {
+        if config.health.probe.iter().any(|p| p.target.is_some()) {
+            tracing::warn!(
+                "rate.records_per_second = \"off\": the probes' targets steer nothing (\"auto\" lets them)"
+            );
+        }
+        health = health.without_steering();
+    }
+    let health = Arc::new(health);
     let pipeline = Pipeline::new(
         source,
         Decoder::new(config.sink.key.clone())
@@ -264,16 +270,14 @@ async fn drain(
         },
     )
     .with_health(health.clone());
+    let pipeline = if config.leases.is_some() {
+        pipeline.leased()
+    } else {
+        pipeline
+    };
     let probes = crate::health::probe::spawn_all(&config.health.probe, &config.sink, &health);
     for probe in &config.health.probe {
-        tracing::info!(
-            "health probe {}: new writes held above {}, stopping above {}",
-            probe.name(),
-            probe.max(),
-            probe
-                .critical()
-                .map_or("(no critical limit)".to_string(), |c| c.to_string())
-        );
+        tracing::info!("health probe {}: {}", probe.name(), probe.describe_limits());
     }
     let keeper_shutdown = CancellationToken::new();
     let keeper_stop = keeper_shutdown.clone();
@@ -316,6 +320,18 @@ async fn drain(
     let progress = Progress::start(stats.clone());
     let mut result = pipeline.run(shutdown).await;
     progress.finish();
+    let bounds = crate::lock::lock(&stats.bounded_by).bounds();
+    if crate::control::bounded_by::ceiling_all_along(&bounds) {
+        tracing::warn!(
+            "rate.records_per_second = {} {}bounded the rate the whole run, not the sink: raise it, or set it to \"auto\" (with a canary probe for a database serving others)",
+            config.rate.records_per_second,
+            if config.rate_set() {
+                ""
+            } else {
+                "(its default) "
+            }
+        );
+    }
     for probe in probes {
         probe.abort();
     }

@@ -32,7 +32,7 @@ use crate::source::{Extent, Opening};
 pub use backoffs::Backoffs;
 use environment::{kafka_properties_from_env, unknown_variables};
 pub use leases::LeasesConfig;
-pub use rate::RateConfig;
+pub use rate::{RateConfig, RecordsPerSecond, Unbounded};
 pub use retry::RetryConfig;
 pub use secrets::RedactConfig;
 pub use shutdown::ShutdownConfig;
@@ -71,15 +71,25 @@ pub struct Config {
 
 impl Config {
     /// The worker's own ceiling on a leased or shared rate: `rate.records_per_second` when it
-    /// was set. Without `[leases]` that rate is simply the worker's rate.
+    /// was set to a number. Without `[leases]` that rate is simply the worker's rate.
     pub fn rate_ceiling(&self) -> Option<f64> {
-        self.rate_set.then_some(self.rate.records_per_second)
+        self.rate_set
+            .then_some(self.rate.records_per_second.fixed())
+            .flatten()
+    }
+
+    /// Whether `rate.records_per_second` was set rather than defaulted.
+    pub fn rate_set(&self) -> bool {
+        self.rate_set
     }
 
     /// How the source is opened for a run reading as far as `extent` says. It may hold one
     /// batch per slot plus one being pulled before the pipeline says otherwise.
     pub fn opening(&self, extent: Extent, direct: bool) -> Opening {
-        let per_tick = (self.rate.records_per_second * self.rate.tick.as_secs_f64()).ceil();
+        let rate = self.rate.records_per_second.cadence_rate();
+        let per_tick = (rate * self.rate.tick.as_secs_f64())
+            .ceil()
+            .min(u32::MAX as f64);
         Opening {
             extent,
             direct,
@@ -107,7 +117,7 @@ impl Config {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Overrides {
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub records_per_second: Option<f64>,
+    pub records_per_second: Option<RecordsPerSecond>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<PathBuf>,
     #[serde(skip_serializing_if = "Option::is_none")]

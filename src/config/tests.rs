@@ -302,12 +302,12 @@ fn flags_win_over_file() {
         "[rate]\nrecords_per_second = 5\ntick = \"1s\"\n",
     );
     let over = Overrides {
-        records_per_second: Some(50.0),
+        records_per_second: Some(50.0.into()),
         ..Default::default()
     };
     assert_eq!(
         Config::load(&path, &over).unwrap().rate.records_per_second,
-        50.0
+        50.0.into()
     );
 }
 
@@ -341,7 +341,7 @@ fn the_rate_is_a_ceiling_only_where_it_was_set() {
     let none = Overrides::default();
     assert_eq!(Config::load(&path, &none).unwrap().rate_ceiling(), None);
     let flag = Overrides {
-        records_per_second: Some(50.0),
+        records_per_second: Some(50.0.into()),
         ..Default::default()
     };
     assert_eq!(

@@ -66,6 +66,11 @@ impl ProbeGate {
         self.limits
     }
 
+    /// New limits (a canary's, once its baseline is measured), judged from the next reading.
+    pub fn set_limits(&mut self, limits: ProbeLimits) {
+        self.limits = limits;
+    }
+
     /// The last value read, if the last run gave one.
     pub fn value(&self) -> Option<f64> {
         match &self.last {

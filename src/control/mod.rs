@@ -5,12 +5,15 @@
 
 pub mod backoff;
 pub mod balance;
+pub mod bounded_by;
 pub mod cadence;
 pub mod health;
 pub(crate) mod item_refusals;
+pub mod latency_window;
 pub mod lease_table;
 pub mod limit;
 pub(crate) mod peak_usage;
+pub mod probe_target;
 pub(crate) mod quota_unit;
 pub mod retry_after;
 pub(crate) mod retry_budget;

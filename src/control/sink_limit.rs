@@ -18,6 +18,7 @@
 use std::time::Duration;
 
 use super::taken::{MARKED_SAMPLE_MIN, Pushback, Taken};
+use crate::settings::bounds::MOST_RATE;
 
 pub use params::LimitParams;
 pub use unit::{PerUnit, Unit};
@@ -247,7 +248,8 @@ impl SinkLimit {
             let t = now.saturating_sub(at).as_secs_f64() / p.resume_within.as_secs_f64();
             rate *= (p.beta * (1.0 / p.beta).powf(t)).min(1.0);
         }
-        rate = rate.max(p.min_multiplier * ceiling).min(ceiling).max(0.0);
+        let floor = p.min_multiplier * self.floor_base(ceiling);
+        rate = rate.max(floor).min(ceiling).max(0.0);
         let tick = shape.tick.as_secs_f64();
         let by_bytes = match (shape.max_batch_bytes, shape.record_bytes) {
             (Some(max), Some(size)) if size > 0.0 => ((max as f64 / size).floor() as usize).max(1),
@@ -281,11 +283,20 @@ impl SinkLimit {
         if self.quiet_until.is_some_and(|until| now < until) && shape.tick <= MARKED_SAMPLE_MIN / 2
         {
             return Plan {
-                records_per_second: (p.min_multiplier * ceiling).min(rate),
+                records_per_second: floor.min(rate),
                 batch,
             };
         }
         self.last_plan
+    }
+
+    /// What `throttle.min_multiplier` is a share of: the ceiling, or without one of ours
+    /// (`rate = "auto"`, `"off"`: the fastest rate there is) the record limit learned.
+    fn floor_base(&self, ceiling: f64) -> f64 {
+        match self.limits.get(Unit::Records) {
+            Some(limit) if ceiling >= MOST_RATE => limit,
+            _ => ceiling,
+        }
     }
 
     /// The sink throttled `write`; `fresh` when it is news (not an echo of a signal

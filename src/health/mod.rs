@@ -7,6 +7,7 @@ pub mod number;
 pub mod probe;
 pub mod query;
 pub mod settings;
+mod steering;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
@@ -16,10 +17,12 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::control::health::{ProbeGate, ProbeLimits, ProbeState, Reading, Why};
+use crate::control::probe_target::ProbeTarget;
 use crate::lock::lock;
 use crate::stats::Stats;
 use controls::Controls;
 use settings::ProbeConfig;
+use steering::{limits_of, steer_under};
 
 /// What the pipeline does at this tick.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +47,11 @@ struct Probe {
     gate: Mutex<ProbeGate>,
     /// Why its runs fail, while they do (to log the change, not every run).
     failing: Mutex<Option<String>>,
+    config: ProbeConfig,
+    /// A canary's baseline: when it was measured, and its value.
+    baseline: Mutex<Option<(Duration, f64)>>,
+    /// Steers the rate under its `target`, once the target is known.
+    steer: Mutex<Option<ProbeTarget>>,
 }
 
 /// One probe as `/control/status` and `/metrics` show it.
@@ -51,8 +59,19 @@ struct Probe {
 pub struct ProbeView {
     pub name: String,
     pub value: Option<f64>,
-    pub max: f64,
+    /// None: no max (or a canary's relative one, before its baseline).
+    pub max: Option<f64>,
     pub critical: Option<f64>,
+    /// The value the rate is steered under, and the rate that allows now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steered_rate: Option<f64>,
+    /// A canary's baseline and how long ago it was measured, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_age_s: Option<f64>,
     /// "ok", or why it holds the writes.
     pub state: String,
 }
@@ -64,6 +83,8 @@ pub struct Health {
     stats: Arc<Stats>,
     /// The reason last logged, so that a change is logged once.
     last: Mutex<Option<String>>,
+    /// Whether the probes' targets steer the rate (not with `rate = "off"`).
+    steering: bool,
 }
 
 impl Health {
@@ -73,16 +94,14 @@ impl Health {
             .map(|p| Probe {
                 name: p.name().to_string(),
                 unit: match p.builtin {
-                    Some(settings::Builtin::ReplicaLag) => " s",
+                    Some(settings::Builtin::ReplicaLag | settings::Builtin::Canary) => " s",
                     _ => "",
                 },
                 failing: Mutex::new(None),
-                gate: Mutex::new(ProbeGate::new(ProbeLimits {
-                    max: p.max(),
-                    resume_ratio: p.resume_ratio,
-                    critical: p.critical(),
-                    stale_after: p.stale_after(),
-                })),
+                gate: Mutex::new(ProbeGate::new(limits_of(p, None))),
+                steer: Mutex::new(p.target(None).map(steer_under)),
+                baseline: Mutex::new(None),
+                config: p.clone(),
             })
             .collect();
         Health {
@@ -91,6 +110,7 @@ impl Health {
             controls: Controls::default(),
             stats,
             last: Mutex::new(None),
+            steering: true,
         }
     }
 
@@ -123,7 +143,11 @@ impl Health {
             _ => {}
         }
         drop(failing);
-        lock(&probe.gate).observe(self.now(), reading);
+        let now = self.now();
+        if let (Reading::Value(v), Some(steer)) = (&reading, lock(&probe.steer).as_mut()) {
+            steer.observe(now, *v, self.stats.written.load(Relaxed));
+        }
+        lock(&probe.gate).observe(now, reading);
     }
 
     /// What to do now. A change of reason is logged once, with the probe and its value.
@@ -144,7 +168,7 @@ impl Health {
                 ProbeState::Held(why) if verdict == Verdict::Go => {
                     verdict = Verdict::Hold {
                         reason: probe.name.clone(),
-                        detail: describe(&probe.name, probe.unit, &why, limits),
+                        detail: probe.describe(&why, limits),
                     };
                 }
                 _ => {}
@@ -194,14 +218,20 @@ impl Health {
             .map(|p| {
                 let gate = lock(&p.gate);
                 let limits = gate.limits();
+                let steer = lock(&p.steer);
+                let baseline = *lock(&p.baseline);
                 ProbeView {
                     name: p.name.clone(),
                     value: gate.value(),
-                    max: limits.max,
+                    max: limits.max.is_finite().then_some(limits.max),
                     critical: limits.critical,
+                    target: steer.as_ref().map(ProbeTarget::target),
+                    steered_rate: steer.as_ref().map(ProbeTarget::rate),
+                    baseline: baseline.map(|(_, b)| b),
+                    baseline_age_s: baseline.map(|(at, _)| now.saturating_sub(at).as_secs_f64()),
                     state: match gate.state(now) {
                         ProbeState::Clear => "ok".into(),
-                        ProbeState::Held(why) => describe(&p.name, p.unit, &why, limits),
+                        ProbeState::Held(why) => p.describe(&why, limits),
                         ProbeState::Critical(v) => {
                             format!("{} = {v}{} is above critical", p.name, p.unit)
                         }

@@ -1,17 +1,20 @@
 //! Runs each probe as a task of its own, on its own connection (per replica when it asks
 //! several), every `interval`; a run that errs or outlasts its timeout is reported as
-//! failed and its connection dropped, to be opened again at the next run.
+//! failed and its connection dropped, to be opened again at the next run. A canary's runs
+//! are latencies judged over a window; its first window, before any write, is its
+//! baseline.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
-use tokio::time::MissedTickBehavior;
+use tokio::time::{Instant, MissedTickBehavior};
 
 use super::Health;
-use super::query::{Ask, Conn};
+use super::query::{Ask, CANARY_QUERY, Conn};
 use super::settings::{Database, ProbeConfig};
 use crate::control::health::Reading;
+use crate::control::latency_window::LatencyWindow;
 use crate::sink::settings::SinkSettings;
 
 /// Where a probe runs and what it asks.
@@ -24,6 +27,49 @@ pub struct ProbeTask {
     pub ask: Ask,
     pub interval: Duration,
     pub timeout: Duration,
+    /// A canary's window: its span and percentile.
+    pub canary: Option<(Duration, f64)>,
+}
+
+/// A canary's latencies: the baseline first (one window before any write), then the
+/// window's percentile at each run.
+pub struct CanaryRuns {
+    window: LatencyWindow,
+    span: Duration,
+    epoch: Instant,
+    /// When the baseline's first run answered; None once it is measured.
+    measuring: Option<Option<Duration>>,
+}
+
+impl CanaryRuns {
+    pub fn new((span, quantile): (Duration, f64)) -> Self {
+        CanaryRuns {
+            window: LatencyWindow::new(span, quantile),
+            span,
+            epoch: Instant::now(),
+            measuring: Some(None),
+        }
+    }
+
+    /// One run's latency: the window's value, and whether it is the baseline (the first
+    /// time a whole window has been measured).
+    pub fn add(&mut self, latency: f64) -> (f64, bool) {
+        let now = self.epoch.elapsed();
+        self.window.push(now, latency);
+        let value = self.window.value().unwrap_or(latency);
+        let Some(first) = self.measuring else {
+            return (value, false);
+        };
+        let first = first.unwrap_or(now);
+        let done = now.saturating_sub(first) >= self.span;
+        self.measuring = (!done).then_some(Some(first));
+        (value, done)
+    }
+
+    /// Still measuring the baseline: nothing is reported but failures.
+    pub fn measuring(&self) -> bool {
+        self.measuring.is_some()
+    }
 }
 
 impl ProbeTask {
@@ -36,11 +82,17 @@ impl ProbeTask {
             database,
             targets,
             ask: match (&probe.builtin, &probe.query) {
+                (Some(_), q) if probe.is_canary() => {
+                    Ask::Canary(q.clone().unwrap_or_else(|| CANARY_QUERY.into()))
+                }
                 (Some(b), _) => Ask::Builtin(*b),
                 (None, q) => Ask::Sql(q.clone().unwrap_or_default()),
             },
-            interval: probe.interval,
+            interval: probe.interval(),
             timeout: probe.timeout(),
+            canary: probe
+                .is_canary()
+                .then(|| (probe.window(), probe.quantile())),
         }
     }
 
@@ -102,10 +154,20 @@ impl ProbeTask {
             let mut conns: Vec<Option<Conn>> = self.targets.iter().map(|_| None).collect();
             let mut ticker = tokio::time::interval(self.interval);
             ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            let mut canary = self.canary.map(CanaryRuns::new);
             loop {
                 ticker.tick().await;
-                let reading = self.run_once(&mut conns).await;
+                let mut reading = self.run_once(&mut conns).await;
                 tracing::debug!(probe = %self.name, ?reading, "health probe");
+                if let (Some(runs), Reading::Value(latency)) = (&mut canary, &reading) {
+                    let (value, baseline) = runs.add(*latency);
+                    if baseline {
+                        health.set_baseline(index, value);
+                    } else if runs.measuring() {
+                        continue;
+                    }
+                    reading = Reading::Value(value);
+                }
                 health.record(index, reading);
             }
         })

@@ -31,12 +31,17 @@ const PG_ACTIVE_SESSIONS: &str = "SELECT CASE WHEN bool_or(state IS NULL) THEN N
      ELSE (count(*) FILTER (WHERE state = 'active'))::float8 END \
      FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()";
 
-/// What one probe asks: a built-in, or the user's SQL.
+/// What one probe asks: a built-in, the user's SQL, or a canary's query (whose answer
+/// is how long it took, in seconds).
 #[derive(Debug, Clone)]
 pub enum Ask {
     Builtin(Builtin),
     Sql(String),
+    Canary(String),
 }
+
+/// A canary's query when none is given: as cheap as a query gets.
+pub const CANARY_QUERY: &str = "SELECT 1";
 
 /// One open connection of a probe.
 pub enum Conn {
@@ -129,10 +134,20 @@ fn one<R>(rows: Option<R>) -> Result<R, String> {
 async fn pg_read(c: &mut PgConnection, ask: &Ask) -> Result<f64, String> {
     let text = |e: sqlx::Error| crate::redact::redact(&describe(&e));
     match ask {
+        Ask::Canary(sql) => {
+            let started = tokio::time::Instant::now();
+            sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                .fetch_optional(c)
+                .await
+                .map_err(text)?;
+            Ok(started.elapsed().as_secs_f64())
+        }
         Ask::Builtin(b) => {
             let sql = match b {
                 Builtin::ReplicaLag => PG_REPLICA_LAG,
                 Builtin::ActiveSessions => PG_ACTIVE_SESSIONS,
+                // A canary is asked as Ask::Canary.
+                Builtin::Canary => CANARY_QUERY,
             };
             let row = sqlx::query(sql).fetch_one(c).await.map_err(text)?;
             number::pg(&row).map_err(|e| match b {
@@ -142,6 +157,7 @@ async fn pg_read(c: &mut PgConnection, ask: &Ask) -> Result<f64, String> {
                 Builtin::ActiveSessions => {
                     format!("{e}: the role cannot see other sessions (grant pg_monitor)")
                 }
+                Builtin::Canary => e,
             })
         }
         Ask::Sql(sql) => {
@@ -157,6 +173,14 @@ async fn pg_read(c: &mut PgConnection, ask: &Ask) -> Result<f64, String> {
 async fn mysql_read(c: &mut MySqlConnection, ask: &Ask) -> Result<f64, String> {
     let text = |e: sqlx::Error| crate::redact::redact(&e.to_string());
     match ask {
+        Ask::Canary(sql) => {
+            let started = tokio::time::Instant::now();
+            sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                .fetch_optional(c)
+                .await
+                .map_err(text)?;
+            Ok(started.elapsed().as_secs_f64())
+        }
         Ask::Builtin(Builtin::ActiveSessions) => {
             let row = sqlx::query("SHOW GLOBAL STATUS LIKE 'Threads_running'")
                 .fetch_one(c)
@@ -164,6 +188,10 @@ async fn mysql_read(c: &mut MySqlConnection, ask: &Ask) -> Result<f64, String> {
                 .map_err(text)?;
             // Not counting the probe's own thread, which runs this statement.
             Ok((number::mysql(&row, 1)? - 1.0).max(0.0))
+        }
+        Ask::Builtin(Builtin::Canary) => {
+            let row = sqlx::query(CANARY_QUERY).fetch_one(c).await.map_err(text)?;
+            number::mysql(&row, 0)
         }
         Ask::Builtin(Builtin::ReplicaLag) => {
             let rows = match sqlx::query("SHOW REPLICA STATUS").fetch_all(&mut *c).await {

@@ -1,6 +1,7 @@
 //! `[[health.probe]]`: what the database's own health says about writing to it now —
-//! replica lag, active sessions, or any query returning one number — and the limits that
-//! hold or stop the worker.
+//! replica lag, active sessions, a canary query's latency, or any query returning one
+//! number — and the limits that steer (`target`), hold (`max`) or stop (`critical`) the
+//! worker.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,6 +27,9 @@ pub enum Builtin {
     ReplicaLag,
     /// Sessions running a statement now.
     ActiveSessions,
+    /// The latency of a cheap query (`query`, default `SELECT 1`) on its own connection,
+    /// seconds: a percentile over `window`.
+    Canary,
 }
 
 impl Builtin {
@@ -33,11 +37,13 @@ impl Builtin {
         match self {
             Builtin::ReplicaLag => "replica_lag",
             Builtin::ActiveSessions => "active_sessions",
+            Builtin::Canary => "canary",
         }
     }
 }
 
-/// A limit: a number, or a duration ("2s", "500ms") read as seconds.
+/// A limit: a number, a duration ("2s", "500ms") read as seconds, or (a canary's) a
+/// multiple of its baseline ("2x").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum Threshold {
@@ -46,6 +52,29 @@ pub enum Threshold {
 }
 
 impl Threshold {
+    /// The limit, given the baseline a relative one multiplies (None: not measured yet).
+    pub fn resolve(&self, baseline: Option<f64>) -> Result<Option<f64>, String> {
+        match self.factor() {
+            Some(factor) => factor.map(|f| baseline.map(|b| b * f)),
+            None => self.value().map(Some),
+        }
+    }
+
+    /// "2x": the factor, or why it is not one; None when it is not written as a factor.
+    pub fn factor(&self) -> Option<Result<f64, String>> {
+        let Threshold::Text(t) = self else {
+            return None;
+        };
+        let number = t.trim().strip_suffix(['x', 'X'])?;
+        Some(match number.trim().parse::<f64>() {
+            Ok(f) if f.is_finite() && f > 0.0 => Ok(f),
+            _ => Err(format!(
+                "{t:?}: a multiple of the baseline is a number above 0, then x"
+            )),
+        })
+    }
+
+    /// An absolute limit.
     pub fn value(&self) -> Result<f64, String> {
         match self {
             Threshold::Number(n) if n.is_finite() && *n >= 0.0 => Ok(*n),
@@ -53,6 +82,18 @@ impl Threshold {
             Threshold::Text(t) => humantime::parse_duration(t)
                 .map(|d| d.as_secs_f64())
                 .map_err(|e| format!("{t:?} is neither a number nor a duration: {e}")),
+        }
+    }
+
+    /// Checks it: absolute, or relative where a baseline is measured.
+    fn problem(&self, relative_allowed: bool) -> Option<String> {
+        match self.factor() {
+            Some(Err(e)) => Some(e),
+            Some(Ok(_)) if !relative_allowed => {
+                Some("only a canary has a baseline to be a multiple of".into())
+            }
+            Some(Ok(_)) => None,
+            None => self.value().err(),
         }
     }
 }
@@ -81,9 +122,10 @@ impl Database {
 pub struct ProbeConfig {
     /// How logs, `/metrics` and the exit message name it; default: the built-in's name.
     pub name: Option<String>,
-    /// `replica_lag` or `active_sessions`.
+    /// `replica_lag`, `active_sessions` or `canary`.
     pub builtin: Option<Builtin>,
-    /// Or SQL returning one row with one number (seconds for an interval).
+    /// Or SQL returning one row with one number (seconds for an interval). For a canary:
+    /// the query timed (default `SELECT 1`; a primary-key lookup on a hot table says more).
     pub query: Option<String>,
     /// The database it runs on: a postgres:// or mysql:// URL; default `sink.url`.
     pub url: Option<String>,
@@ -93,21 +135,28 @@ pub struct ProbeConfig {
     /// for MySQL; PostgreSQL asks the primary's `pg_stat_replication` without it.
     #[serde(default)]
     pub replicas: Vec<String>,
-    /// How often it runs, each run on the probe's own connection.
-    #[schemars(with = "HumanDuration")]
-    #[serde(with = "humantime_serde", default = "default_interval")]
-    pub interval: Duration,
+    /// How often it runs, each run on the probe's own connection; default 1s, a
+    /// canary's 200ms.
+    #[schemars(with = "Option<HumanDuration>")]
+    #[serde(with = "humantime_serde", default)]
+    pub interval: Option<Duration>,
+    /// A canary: the span its latencies are judged over (default 2s); its baseline is
+    /// measured over one such span before the first write.
+    #[schemars(with = "Option<HumanDuration>")]
+    #[serde(with = "humantime_serde", default)]
+    pub window: Option<Duration>,
+    /// A canary: the percentile of the window that is its value (default 90).
+    pub percentile: Option<f64>,
+    /// The rate is steered so that the value stays at or under this (a canary's may be
+    /// relative to its baseline: "2x").
+    pub target: Option<Threshold>,
     /// New writes are held while the value is above this.
-    pub max: Threshold,
+    pub max: Option<Threshold>,
     /// ... and go again once it is at or under `max × resume_ratio`.
     #[serde(default = "default_resume_ratio")]
     pub resume_ratio: f64,
     /// Above this the worker finishes what is in flight, checkpoints and exits 1.
     pub critical: Option<Threshold>,
-}
-
-fn default_interval() -> Duration {
-    Duration::from_secs(1)
 }
 
 fn default_resume_ratio() -> f64 {
@@ -144,22 +193,71 @@ impl ProbeConfig {
         self.builtin == Some(Builtin::ReplicaLag) && !self.replicas.is_empty()
     }
 
+    pub fn is_canary(&self) -> bool {
+        self.builtin == Some(Builtin::Canary)
+    }
+
+    pub fn interval(&self) -> Duration {
+        let default = if self.is_canary() { 200 } else { 1000 };
+        self.interval.unwrap_or(Duration::from_millis(default))
+    }
+
+    pub fn window(&self) -> Duration {
+        self.window.unwrap_or(Duration::from_secs(2))
+    }
+
+    /// 0 to 1.
+    pub fn quantile(&self) -> f64 {
+        self.percentile.unwrap_or(90.0) / 100.0
+    }
+
+    /// Whether a limit is a multiple of a baseline, which is then measured first.
+    pub fn needs_baseline(&self) -> bool {
+        [&self.max, &self.target, &self.critical]
+            .into_iter()
+            .flatten()
+            .any(|t| t.factor().is_some())
+    }
+
     /// How long one run may take before it counts as failed.
     pub fn timeout(&self) -> Duration {
-        self.interval.max(Duration::from_secs(1))
+        self.interval().max(Duration::from_secs(1))
     }
 
     /// A reading older than this means the probe is stuck: two runs missed.
     pub fn stale_after(&self) -> Duration {
-        self.interval * 2 + self.timeout()
+        self.interval() * 2 + self.timeout()
     }
 
-    pub fn max(&self) -> f64 {
-        self.max.value().unwrap_or(0.0)
+    /// "steered under 2x the baseline, held above 5, stopped above 30", as configured.
+    pub fn describe_limits(&self) -> String {
+        let text = |t: &Threshold| match (t.factor(), t) {
+            (Some(_), Threshold::Text(x)) => format!("{x} the baseline"),
+            (_, Threshold::Number(n)) => n.to_string(),
+            (_, Threshold::Text(x)) => x.clone(),
+        };
+        let said: Vec<String> = [
+            ("steered under", &self.target),
+            ("new writes held above", &self.max),
+            ("stopped above", &self.critical),
+        ]
+        .into_iter()
+        .filter_map(|(what, t)| Some(format!("{what} {}", text(t.as_ref()?))))
+        .collect();
+        said.join(", ")
     }
 
-    pub fn critical(&self) -> Option<f64> {
-        self.critical.as_ref().and_then(|c| c.value().ok())
+    /// `max`, given the baseline (none set: never held for its value).
+    pub fn max(&self, baseline: Option<f64>) -> f64 {
+        resolved(&self.max, baseline).unwrap_or(f64::INFINITY)
+    }
+
+    pub fn critical(&self, baseline: Option<f64>) -> Option<f64> {
+        resolved(&self.critical, baseline)
+    }
+
+    pub fn target(&self, baseline: Option<f64>) -> Option<f64> {
+        resolved(&self.target, baseline)
     }
 
     /// Fills `url` from `url_file`.
@@ -183,6 +281,12 @@ impl ProbeConfig {
     }
 }
 
+fn resolved(limit: &Option<Threshold>, baseline: Option<f64>) -> Option<f64> {
+    limit
+        .as_ref()
+        .and_then(|t| t.resolve(baseline).ok().flatten())
+}
+
 impl HealthConfig {
     pub fn validate(&self, sink: &SinkSettings, p: &mut Problems) {
         let mut names = std::collections::BTreeSet::new();
@@ -195,12 +299,16 @@ impl HealthConfig {
                 p.add("health.probe.name", say("two probes have this name"));
             }
             match (probe.builtin, &probe.query) {
+                (Some(Builtin::Canary), Some(q)) if q.trim().is_empty() => {
+                    p.add("health.probe.query", say("must not be empty"))
+                }
+                (Some(Builtin::Canary), _) => {}
                 (Some(_), Some(_)) => {
                     p.add("health.probe.query", say("set builtin or query, not both"))
                 }
                 (None, None) => p.add(
                     "health.probe.builtin",
-                    say("set builtin (replica_lag, active_sessions) or query"),
+                    say("set builtin (replica_lag, active_sessions, canary) or query"),
                 ),
                 (None, Some(q)) if q.trim().is_empty() => {
                     p.add("health.probe.query", say("must not be empty"))
@@ -259,13 +367,26 @@ impl HealthConfig {
                     say("MySQL reports lag on each replica (SHOW REPLICA STATUS): list them"),
                 );
             }
-            if probe.interval < SHORTEST_INTERVAL {
+            if probe.interval() < SHORTEST_INTERVAL {
                 p.add("health.probe.interval", say("must be at least 50ms"));
             }
-            p.at_most_a_year("health.probe.interval", probe.interval);
-            let max = probe.max.value();
-            if let Err(e) = &max {
-                p.add("health.probe.max", say(e));
+            p.at_most_a_year("health.probe.interval", probe.interval());
+            self.validate_canary(probe, p);
+            let canary = probe.is_canary();
+            for (key, limit) in [
+                ("health.probe.max", &probe.max),
+                ("health.probe.target", &probe.target),
+                ("health.probe.critical", &probe.critical),
+            ] {
+                if let Some(problem) = limit.as_ref().and_then(|t| t.problem(canary)) {
+                    p.add(key, say(&problem));
+                }
+            }
+            if probe.max.is_none() && probe.target.is_none() {
+                p.add(
+                    "health.probe.max",
+                    say("set max (hold the writes above it), target (steer the rate under it) or both"),
+                );
             }
             if !(probe.resume_ratio.is_finite()
                 && probe.resume_ratio > 0.0
@@ -279,14 +400,51 @@ impl HealthConfig {
                     )),
                 );
             }
-            match (probe.critical.as_ref().map(Threshold::value), max) {
-                (Some(Err(e)), _) => p.add("health.probe.critical", say(&e)),
-                (Some(Ok(c)), Ok(m)) if c <= m => p.add(
+            // Compared in the same unit: both absolute, or both multiples of the baseline.
+            let relative = |t: &Option<Threshold>| t.as_ref().map(|t| t.factor().is_some());
+            let (max, critical) = (probe.max(Some(1.0)), probe.critical(Some(1.0)));
+            if let Some(c) = critical
+                && relative(&probe.max) == relative(&probe.critical)
+                && c <= max
+            {
+                p.add(
                     "health.probe.critical",
-                    say(&format!("must be above max ({m}), got {c}")),
-                ),
-                _ => {}
+                    say(&format!("must be above max ({max}), got {c}")),
+                );
             }
+        }
+    }
+
+    fn validate_canary(&self, probe: &ProbeConfig, p: &mut Problems) {
+        let name = probe.name();
+        let say = |what: &str| format!("probe {name:?}: {what}");
+        if !probe.is_canary() {
+            if probe.window.is_some() {
+                p.add("health.probe.window", say("only a canary has a window"));
+            }
+            if probe.percentile.is_some() {
+                p.add(
+                    "health.probe.percentile",
+                    say("only a canary has a percentile"),
+                );
+            }
+            return;
+        }
+        if probe.window() < probe.interval() {
+            p.add(
+                "health.probe.window",
+                say("must be at least the interval (a window holds one run or more)"),
+            );
+        }
+        p.at_most_a_year("health.probe.window", probe.window());
+        if !probe
+            .percentile
+            .is_none_or(|q| q.is_finite() && q > 0.0 && q <= 100.0)
+        {
+            p.add(
+                "health.probe.percentile",
+                say("must be above 0 and at most 100"),
+            );
         }
     }
 }
@@ -313,110 +471,5 @@ fn kind_name(kind: SinkKind) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::settings::only_key;
-
-    fn pg_sink() -> SinkSettings {
-        let own = crate::sink::settings::SinkBackend::Postgres(Default::default());
-        SinkSettings::new("postgres://u@127.0.0.1/db", own)
-    }
-
-    fn probe(toml_text: &str) -> ProbeConfig {
-        use figment::providers::{Format, Toml};
-        figment::Figment::from(Toml::string(toml_text))
-            .extract()
-            .unwrap()
-    }
-
-    fn key_of(sink: &SinkSettings, p: ProbeConfig) -> std::borrow::Cow<'static, str> {
-        let health = HealthConfig { probe: vec![p] };
-        only_key(|problems| health.validate(sink, problems))
-    }
-
-    #[test]
-    fn a_builtin_on_the_sinks_database_with_a_duration_limit() {
-        let p = probe("builtin = \"replica_lag\"\nmax = \"2s\"\ncritical = 30");
-        let mut problems = Problems::default();
-        HealthConfig {
-            probe: vec![p.clone()],
-        }
-        .validate(&pg_sink(), &mut problems);
-        problems.into_result().unwrap();
-        assert_eq!(p.name(), "replica_lag");
-        assert_eq!(p.max(), 2.0);
-        assert_eq!(p.critical(), Some(30.0));
-        assert_eq!(p.interval, Duration::from_secs(1));
-        assert_eq!(p.url(&pg_sink()), "postgres://u@127.0.0.1/db");
-    }
-
-    #[test]
-    fn refuses_mistakes_by_key() {
-        let sink = pg_sink();
-        let cases = [
-            ("max = 1", "health.probe.builtin"),
-            (
-                "builtin = \"active_sessions\"\nquery = \"select 1\"\nmax = 1",
-                "health.probe.query",
-            ),
-            ("query = \"select 1\"\nmax = 1", "health.probe.name"),
-            (
-                "builtin = \"active_sessions\"\nmax = \"soon\"",
-                "health.probe.max",
-            ),
-            (
-                "builtin = \"active_sessions\"\nmax = 5\ncritical = 5",
-                "health.probe.critical",
-            ),
-            (
-                "builtin = \"active_sessions\"\nmax = 5\nresume_ratio = 0",
-                "health.probe.resume_ratio",
-            ),
-            (
-                "builtin = \"active_sessions\"\nmax = 5\ninterval = \"1ms\"",
-                "health.probe.interval",
-            ),
-            (
-                "builtin = \"active_sessions\"\nmax = 5\nurl = \"http://x\"",
-                "health.probe.url",
-            ),
-            (
-                "builtin = \"active_sessions\"\nmax = 5\nreplicas = [\"postgres://h/d\"]",
-                "health.probe.replicas",
-            ),
-            (
-                "builtin = \"replica_lag\"\nmax = 5\nurl = \"postgres://h/d\"\nreplicas = [\"mysql://u@h/d\"]",
-                "health.probe.replicas",
-            ),
-            (
-                "builtin = \"replica_lag\"\nmax = 5\nurl = \"mysql://u@h/d\"",
-                "health.probe.replicas",
-            ),
-            (
-                "builtin = \"replica_lag\"\nmax = 5\nreplicas = [\"mysql://u@h/d\", \"http://x\"]",
-                "health.probe.replicas",
-            ),
-        ];
-        // MySQL replicas alone are enough, whatever the sink.
-        let ok = HealthConfig {
-            probe: vec![probe(
-                "builtin = \"replica_lag\"\nmax = 5\nreplicas = [\"mysql://u@h/d\"]",
-            )],
-        };
-        let mut problems = Problems::default();
-        ok.validate(&SinkSettings::default(), &mut problems);
-        problems.into_result().unwrap();
-        for (text, key) in cases {
-            assert_eq!(key_of(&sink, probe(text)), key, "{text}");
-        }
-        let sqlite = SinkSettings::default();
-        assert_eq!(
-            key_of(&sqlite, probe("builtin = \"active_sessions\"\nmax = 5")),
-            "health.probe.url"
-        );
-        let twice = HealthConfig {
-            probe: vec![probe("builtin = \"active_sessions\"\nmax = 5"); 2],
-        };
-        assert_eq!(only_key(|p| twice.validate(&sink, p)), "health.probe.name");
-    }
-}
+#[path = "settings_tests.rs"]
+mod tests;

@@ -54,6 +54,10 @@ pub(super) struct Run {
     watch_due: bool,
     /// New writes held by a health probe or the operator, as decided at the last tick.
     held: bool,
+    /// When the last tick came, and its quantum: what bounded the time since is noted at
+    /// the next.
+    tick_at: Instant,
+    tick_quantum: u64,
 }
 
 impl Run {
@@ -87,6 +91,8 @@ impl Run {
             rate_due: false,
             watch_due: false,
             held: false,
+            tick_at: Instant::now(),
+            tick_quantum: 0,
         })
     }
 
@@ -264,6 +270,11 @@ impl Run {
         // A paused tick sends nothing fresh: its allowance pays off what the retries owe,
         // so a long pause leaves no debt to starve the ticks after.
         let quantum = u64::from(p.cadence.quantum());
+        let spent = std::mem::replace(&mut self.tick_at, Instant::now()).elapsed();
+        if let Some(bound) = self.bound_since_the_last_tick() {
+            crate::lock::lock(&p.stats.bounded_by).add(&bound, spent);
+        }
+        self.tick_quantum = quantum;
         let fresh = quantum - p.pressure.settle_owed(quantum);
         match p.health.verdict() {
             Verdict::Go => self.held = false,
@@ -293,6 +304,33 @@ impl Run {
             self.backlog_at = Instant::now();
             self.report_backlog().await;
         }
+    }
+
+    /// What held the worker back over the last tick: a hold, the sink pausing it, or with
+    /// the tick's grant (nearly) all taken whatever set the rate; else either nothing
+    /// more to read or every slot busy writing. None before the first tick.
+    fn bound_since_the_last_tick(&self) -> Option<String> {
+        use crate::control::bounded_by::{SINK_PUSH_BACK, SOURCE, WRITE_LATENCY};
+        let p = &self.pipeline;
+        if self.held {
+            let by = p.health.held_by().unwrap_or_else(|| "hold".into());
+            return Some(format!("{by} (held)"));
+        }
+        if self.tick_quantum == 0 {
+            return None;
+        }
+        Some(
+            if p.pressure.is_paused() {
+                SINK_PUSH_BACK
+            } else if self.allowance * 5 <= self.tick_quantum && !p.rate_by.is_empty() {
+                p.rate_by.as_str()
+            } else if self.caught_up {
+                SOURCE
+            } else {
+                WRITE_LATENCY
+            }
+            .to_string(),
+        )
     }
 
     /// A batch settled: its positions are acknowledged; a fatal sink error or a failed

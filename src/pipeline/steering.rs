@@ -6,14 +6,17 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use super::Pipeline;
+use crate::control::bounded_by::{CEILING, SINK_PUSH_BACK};
+use crate::settings::bounds::MOST_RATE;
 use crate::source::SourceError;
 
 impl Pipeline {
     /// Right after a tick's take, the rate and batch size for the ticks to come: the
     /// target (static, leased, or the source's share of a capacity), capped by the
-    /// worker's own ceiling and the operator's controls, then scaled by what the sink's
-    /// push-back allows. The one place the cadence's rate is set; the next tick gets
-    /// exactly one new quantum at it.
+    /// worker's own ceiling, the operator's controls and the probes' targets, then scaled
+    /// by what the sink's push-back allows. The one place the cadence's rate is set; the
+    /// next tick gets exactly one new quantum at it, and what set it is noted (for
+    /// "bounded by").
     pub(super) async fn replan(&mut self, banked: &mut u64) -> Result<(), SourceError> {
         let (quantum, before) = (self.cadence.quantum(), self.batch);
         if let Some((capacity, reserved)) = self.options.capacity_by_share
@@ -28,16 +31,37 @@ impl Pipeline {
         let controls = self.health.controls().get();
         self.max_batch = controls.batch.unwrap_or(self.options.max_batch);
         let target = self.target_rate.get();
-        let ceiling = [self.options.rate_ceiling, controls.rate]
-            .into_iter()
-            .flatten()
-            .fold(target, f64::min);
+        let steered = self.health.steered_rate();
+        let (ceiling, by) = [
+            (self.options.rate_ceiling, CEILING),
+            (controls.rate, "operator"),
+            (steered.as_ref().map(|(_, rate)| *rate), {
+                steered.as_ref().map_or("", |(name, _)| name.as_str())
+            }),
+        ]
+        .into_iter()
+        .filter_map(|(rate, by)| Some((rate?, by)))
+        .fold((target, self.target_by), |(low, low_by), (rate, by)| {
+            if rate < low {
+                (rate, by)
+            } else {
+                (low, low_by)
+            }
+        });
         self.pressure.set_ceiling(ceiling);
         let plan = self.pressure.plan(
             self.cadence.tick(),
             self.max_batch,
             self.options.max_batch_bytes,
         );
+        self.rate_by = if plan.records_per_second < ceiling * 0.99 {
+            SINK_PUSH_BACK.to_string()
+        } else if ceiling >= MOST_RATE {
+            // No ceiling at all: whatever binds is not a rate.
+            String::new()
+        } else {
+            by.to_string()
+        };
         self.cadence.set_rate(plan.records_per_second);
         self.batch = plan.batch.max(1);
         // Unused grants never add up to more than a batch (or a tick's worth).

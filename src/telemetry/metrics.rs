@@ -131,6 +131,26 @@ fn describe() {
         "The last value each database-health probe read (absent while it fails)."
     );
     describe_gauge!(
+        "sluice_health_probe_target",
+        "The value a probe's target steers the rate under (a canary's resolved against its baseline)."
+    );
+    describe_gauge!(
+        "sluice_health_probe_steered_rate",
+        "The records per second a probe's target allows now."
+    );
+    describe_gauge!(
+        "sluice_health_probe_baseline_seconds",
+        "A canary's baseline latency, measured before the first write."
+    );
+    describe_gauge!(
+        "sluice_health_probe_baseline_age_seconds",
+        "How long ago a canary's baseline was measured."
+    );
+    describe_gauge!(
+        "sluice_rate_bounded_seconds",
+        "Seconds of the run so far the rate was bounded by each thing: rate.records_per_second, a probe's target (its name), sink push-back, write latency, source, a hold."
+    );
+    describe_gauge!(
         "sluice_throttled",
         "1 while new writes are held for this reason: a health probe's name, or operator."
     );
@@ -143,6 +163,20 @@ pub fn publish_health(health: &crate::health::Health) {
     for probe in health.probes() {
         if let Some(v) = probe.value {
             gauge!("sluice_health_probe", "name" => probe.name.clone()).set(v);
+        }
+        let name = || probe.name.clone();
+        for (metric, value) in [
+            ("sluice_health_probe_target", probe.target),
+            ("sluice_health_probe_steered_rate", probe.steered_rate),
+            ("sluice_health_probe_baseline_seconds", probe.baseline),
+            (
+                "sluice_health_probe_baseline_age_seconds",
+                probe.baseline_age_s,
+            ),
+        ] {
+            if let Some(v) = value {
+                gauge!(metric, "name" => name()).set(v);
+            }
         }
         let on = held_by.as_deref() == Some(probe.name.as_str());
         gauge!("sluice_throttled", "reason" => probe.name).set(if on { 1.0 } else { 0.0 });
@@ -182,6 +216,9 @@ pub fn render(stats: &Stats) -> String {
         } else {
             0.0
         });
+    }
+    for bound in crate::lock::lock(&stats.bounded_by).bounds() {
+        gauge!("sluice_rate_bounded_seconds", "by" => bound.by).set(bound.seconds);
     }
     gauge!("sluice_batch_records").set(stats.batch_records.load(Relaxed) as f64);
     gauge!("sluice_concurrency_limit").set(stats.concurrency_limit.load(Relaxed) as f64);

@@ -203,3 +203,21 @@ fn a_bulk_sink_taking_nothing_between_refusals_lowers_the_limit() {
         "{first} -> {next}"
     );
 }
+
+/// Without a ceiling of ours (`rate = "auto"` or `"off"`: the cadence at the fastest rate
+/// there is) the learned limit still binds: the floor is a share of it, not of that rate.
+#[test]
+fn without_a_ceiling_the_learned_limit_binds_and_the_floor_is_a_share_of_it() {
+    let plan =
+        learned_from_a_first_429().plan(ms(2500), crate::settings::bounds::MOST_RATE, shape());
+    assert!((plan.records_per_second - 339.5).abs() < 1e-9, "{plan:?}");
+    let quiet = learned_from_a_first_429().plan(
+        ms(2020),
+        crate::settings::bounds::MOST_RATE,
+        BatchShape {
+            tick: ms(20),
+            ..shape()
+        },
+    );
+    assert!(quiet.records_per_second <= 0.05 * 350.0 + 1e-9, "{quiet:?}");
+}

@@ -5,7 +5,7 @@ const TICK: Duration = Duration::from_millis(200);
 
 fn pressure() -> Backpressure {
     let rate = RateConfig {
-        records_per_second: 1000.0,
+        records_per_second: 1000.0.into(),
         tick: TICK,
     };
     Backpressure::new(
