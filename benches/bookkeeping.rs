@@ -56,7 +56,7 @@ impl Worker {
             ..ConcurrencyConfig::default()
         };
         let rate_config = RateConfig {
-            records_per_second: rate,
+            records_per_second: sluice::config::RecordsPerSecond::Fixed(rate),
             tick: TICK,
         };
         let stats = Arc::new(Stats::default());
