@@ -39,6 +39,19 @@ impl Shutdown {
     }
 }
 
+/// A `Shutdown` that fires when either of `a` and `b` does.
+pub fn either(mut a: Shutdown, mut b: Shutdown) -> Shutdown {
+    let (trigger, shutdown) = channel();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = a.requested() => {}
+            _ = b.requested() => {}
+        }
+        trigger.trigger();
+    });
+    shutdown
+}
+
 /// A `Shutdown` that fires on SIGINT or SIGTERM.
 pub fn on_signals() -> Shutdown {
     on_signals_or_deadline(None, std::sync::Arc::default())

@@ -68,6 +68,8 @@ pub struct Stats {
     pub deadline_reached: AtomicBool,
     /// New writes are held by a health probe or the operator: the leases see no demand.
     pub held: AtomicBool,
+    /// Why the lease store cannot be used now (the worker holds no lease): /readyz says it.
+    lease_outage: std::sync::Mutex<Option<String>>,
 }
 
 /// Latencies in buckets 5% apart from 0.1 ms to about 2 minutes: percentiles within 5%,
@@ -133,6 +135,15 @@ impl Default for SinkLimits {
 }
 
 impl Stats {
+    /// Sets (or clears, with None) why the lease store cannot be used now.
+    pub fn set_lease_outage(&self, why: Option<String>) {
+        *crate::lock::lock(&self.lease_outage) = why;
+    }
+
+    pub fn lease_outage(&self) -> Option<String> {
+        crate::lock::lock(&self.lease_outage).clone()
+    }
+
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
     }

@@ -6,13 +6,11 @@ use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
 
-use super::leases::{join_pool, lease_keeper};
+use super::leases::{KeeperSettings, StartingPool, join_pool, lease_keeper};
 use super::{ConfigArgs, EXIT_CONFIG, EXIT_RUNTIME, load};
 use crate::config::{Config, Overrides};
 use crate::control::cadence::Cadence;
-use crate::control::lease_table::PoolDefinition;
 use crate::decode::Decoder;
-use crate::lease::LeaseStore;
 use crate::pipeline::clock::TokioClock;
 use crate::pipeline::{Pipeline, RunOptions};
 use crate::progress::Progress;
@@ -132,12 +130,11 @@ pub(super) async fn run(args: RunArgs) -> u8 {
     let pool = match &config.leases {
         Some(l) if !l.by_assignment() => match join_pool(l).await {
             Ok(joined) => Some(joined),
-            Err(EXIT_RUNTIME) => {
+            Err(code) => {
                 let mut summary = Stats::default().summary(started.elapsed());
                 summary.error = Some("cannot join the lease pool".into());
-                return report(&args, summary, EXIT_RUNTIME);
+                return report(&args, summary, code);
             }
-            Err(code) => return code,
         },
         _ => None,
     };
@@ -187,7 +184,7 @@ impl From<String> for Failure {
 async fn drain(
     args: &RunArgs,
     config: &Config,
-    pool: Option<(Arc<dyn LeaseStore>, PoolDefinition)>,
+    pool: Option<StartingPool>,
     stats: Arc<Stats>,
 ) -> Result<Summary, Failure> {
     let started = tokio::time::Instant::now();
@@ -277,18 +274,22 @@ async fn drain(
         );
     }
     let (keeper_stop, keeper_shutdown) = shutdown::channel();
+    // The keeper stops the worker when the store refuses it for good.
+    let (keeper_fatal, refused) = shutdown::channel();
     let keeper = match (&config.leases, pool) {
-        (Some(l), Some((store, definition))) => {
+        (Some(l), Some(pool)) => {
             let keeper = lease_keeper(
                 l,
-                store,
-                definition,
-                config.rate_ceiling(),
-                config.rate.tick,
+                pool,
+                KeeperSettings {
+                    ceiling: config.rate_ceiling(),
+                    tick: config.rate.tick,
+                    outage: config.backoffs().outage,
+                },
                 pipeline.target_rate(),
                 stats.clone(),
             );
-            Some(keeper.spawn(keeper_shutdown))
+            Some(keeper.spawn(keeper_shutdown, keeper_fatal))
         }
         _ => None,
     };
@@ -314,7 +315,7 @@ async fn drain(
         }
     };
     let progress = Progress::start(stats.clone());
-    let mut result = pipeline.run(shutdown).await;
+    let mut result = pipeline.run(shutdown::either(shutdown, refused)).await;
     progress.finish();
     for probe in probes {
         probe.abort();
@@ -331,8 +332,13 @@ async fn drain(
         t.abort();
     }
     keeper_stop.trigger();
-    if let Some(k) = keeper {
-        let _ = k.await;
+    if let Some(k) = keeper
+        && let Ok(Some(refusal)) = k.await
+    {
+        return Err(Failure {
+            code: EXIT_CONFIG,
+            message: refusal,
+        });
     }
     result.map_err(|e| e.to_string().into())
 }

@@ -253,6 +253,20 @@ impl LeaseTable {
         Some((leases - SLACK).ceil().max(0.0) as u32)
     }
 
+    /// Whether `partition`'s last renewal was requested at least `after` before `now`.
+    fn renewal_due(&self, partition: u32, now: Instant, after: Duration) -> bool {
+        self.requested
+            .get(&partition)
+            .is_none_or(|t| now.duration_since(*t) >= after)
+    }
+
+    /// Whether a lease held at `now` is due for renewal (a third of the ttl after the last).
+    pub fn renewals_due(&self, now: Instant) -> bool {
+        self.held(now)
+            .into_iter()
+            .any(|p| self.renewal_due(p, now, self.limits.ttl / 3))
+    }
+
     /// Decides the next requests, from what [`LeaseTable::observe`] saw and the pool.
     pub fn plan(&mut self, now: Instant, pool: PoolView) -> LeasePlan {
         if pool.definition.generation != self.definition.generation {
@@ -276,11 +290,7 @@ impl LeaseTable {
         let renew = held
             .iter()
             .copied()
-            .filter(|p| {
-                self.requested
-                    .get(p)
-                    .is_none_or(|t| now.duration_since(*t) >= self.limits.ttl / 3)
-            })
+            .filter(|p| self.renewal_due(*p, now, self.limits.ttl / 3))
             .collect();
         let idle = self
             .idle_since

@@ -15,6 +15,7 @@ pub mod quota_unit;
 pub mod retry_after;
 pub mod retry_budget;
 pub mod sink_limit;
+pub mod store_contact;
 pub mod taken;
 pub mod target_rate;
 pub mod throttle;
