@@ -6,7 +6,7 @@
 //! The fleet test is ignored (it starts hundreds of processes for a minute or two):
 //!
 //!     cargo test --test lease_fleet -- --ignored --nocapture
-//!     SLUICE_FLEET_WORKERS=50 cargo test --test lease_fleet -- --ignored --nocapture
+//!     FLEET_WORKERS=50 cargo test --test lease_fleet -- --ignored --nocapture
 //!
 //! N workers (default 200), each draining a file of its own at 10 rec/s of fair share into
 //! one sink emulator, share a pool of N × 10 rec/s on a cluster at the default
@@ -191,9 +191,9 @@ fn connections(pg: &Cluster) -> i64 {
 }
 
 #[test]
-#[ignore = "long: SLUICE_FLEET_WORKERS (default 200) worker processes for about two minutes"]
+#[ignore = "long: FLEET_WORKERS (default 200) worker processes for about two minutes"]
 fn a_fleet_shares_one_pool_on_a_store_at_the_default_max_connections() {
-    let n: usize = std::env::var("SLUICE_FLEET_WORKERS")
+    let n: usize = std::env::var("FLEET_WORKERS")
         .map(|v| v.parse().unwrap())
         .unwrap_or(200);
     let fair = 10.0; // rec/s per worker
@@ -219,6 +219,7 @@ fn a_fleet_shares_one_pool_on_a_store_at_the_default_max_connections() {
             format!(
                 "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n\
                  [sink]\nkind = \"http\"\nurl = {sink:?}\nkey = \"/id\"\n\n\
+                 [sink.dead_letters]\npath = \"dead.ndjson\"\n\n\
                  [rate]\ntick = \"100ms\"\n\n\
                  [leases]\nstore = {:?}\npool = \"fleet\"\ncapacity = {capacity}\npartitions = {}\n",
                 pg.url(),

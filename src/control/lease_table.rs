@@ -287,11 +287,16 @@ impl LeaseTable {
         }
         self.expire(now);
         let held = self.held(now);
-        let renew = held
-            .iter()
-            .copied()
-            .filter(|p| self.renewal_due(*p, now, self.limits.ttl / 3))
-            .collect();
+        // When one is due, those at least half due come along: a worker's leases then fall
+        // due together, and one contact renews them all.
+        let renew = if self.renewals_due(now) {
+            held.iter()
+                .copied()
+                .filter(|p| self.renewal_due(*p, now, self.limits.ttl / 6))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let idle = self
             .idle_since
             .is_some_and(|t| now.duration_since(t) >= self.limits.idle_grace);
