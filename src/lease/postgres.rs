@@ -232,14 +232,17 @@ impl PgLeaseStore {
         result
     }
 
-    /// `f` on the store's connection, opened if needed.
+    /// `f` in a transaction on the store's connection, opened if needed.
     async fn call<T>(
         &self,
         f: impl AsyncFnOnce(&mut PgConnection, &Pool) -> Result<T, sqlx::Error>,
     ) -> Result<T, LeaseError> {
         let mut guard = self.connection().await?;
         self.settle(&mut guard, async |c: &mut PgConnection| {
-            f(c, &self.pool).await
+            let mut tx = c.begin().await?;
+            let result = f(&mut tx, &self.pool).await?;
+            tx.commit().await?;
+            Ok(result)
         })
         .await
     }

@@ -1,10 +1,9 @@
-//! The lease store's statements. Each call runs in a transaction of its own with unnamed
-//! statements: nothing outlives it on the server connection (no prepared statement, no
+//! The lease store's statements, each function run in a transaction of its own (see
+//! `PgLeaseStore::call`), with unnamed statements: nothing outlives it on the server connection (no prepared statement, no
 //! session setting, no session lock), so a pooler in transaction mode (PgBouncer) may
 //! hand every call a different server connection. Every statement uses the database's
 //! clock (`now()`).
 
-use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
 use super::Pool;
@@ -37,7 +36,6 @@ pub async fn heartbeat(
     held: u32,
     wants_more: bool,
 ) -> Result<PoolView, sqlx::Error> {
-    let mut tx = conn.begin().await?;
     let (capacity, partitions, generation, active, other_waiting, taken, older): (
         f64,
         i32,
@@ -71,9 +69,8 @@ pub async fn heartbeat(
     .bind(wants_more)
     .bind(p.ttl_s)
     .persistent(false)
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
-    tx.commit().await?;
     let definition = definition((capacity, partitions, generation));
     Ok(PoolView {
         active_members: active as u32,
@@ -94,7 +91,6 @@ pub async fn define(
     capacity: f64,
     partitions: u32,
 ) -> Result<PoolDefinition, sqlx::Error> {
-    let mut tx = conn.begin().await?;
     sqlx::query(
         "INSERT INTO sluice_lease_pools (pool, capacity, partitions) VALUES ($1, $2, $3)
          ON CONFLICT (pool) DO NOTHING",
@@ -103,14 +99,13 @@ pub async fn define(
     .bind(capacity)
     .bind(partitions as i32)
     .persistent(false)
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
     let row: DefinitionRow = sqlx::query_as(DEFINITION)
         .bind(&p.name)
         .persistent(false)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *conn)
         .await?;
-    tx.commit().await?;
     Ok(definition(row))
 }
 
@@ -118,13 +113,11 @@ pub async fn stored_definition(
     conn: &mut PgConnection,
     p: &Pool,
 ) -> Result<Option<PoolDefinition>, sqlx::Error> {
-    let mut tx = conn.begin().await?;
     let row: Option<DefinitionRow> = sqlx::query_as(DEFINITION)
         .bind(&p.name)
         .persistent(false)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
-    tx.commit().await?;
     Ok(row.map(definition))
 }
 
@@ -134,7 +127,6 @@ pub async fn resize(
     capacity: f64,
     partitions: u32,
 ) -> Result<PoolDefinition, sqlx::Error> {
-    let mut tx = conn.begin().await?;
     // Waits for acquisitions in progress (they hold the row FOR SHARE): a lease of the
     // old generation is either committed before the change or never granted.
     let row: DefinitionRow = sqlx::query_as(
@@ -148,9 +140,8 @@ pub async fn resize(
     .bind(capacity)
     .bind(partitions as i32)
     .persistent(false)
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
-    tx.commit().await?;
     Ok(definition(row))
 }
 
@@ -160,7 +151,6 @@ pub async fn acquire(
     member: &str,
     generation: u32,
 ) -> Result<Option<u32>, sqlx::Error> {
-    let mut tx = conn.begin().await?;
     // Only under the pool's current generation, and only once no lease of another
     // generation is unexpired: old and new leases never add up.
     let row: Option<(i32,)> = sqlx::query_as(
@@ -188,9 +178,8 @@ pub async fn acquire(
     .bind(p.ttl_s)
     .bind(generation as i32)
     .persistent(false)
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
-    tx.commit().await?;
     Ok(row.map(|(p,)| p as u32))
 }
 
@@ -200,7 +189,6 @@ pub async fn renew(
     member: &str,
     partitions: &[u32],
 ) -> Result<Vec<u32>, sqlx::Error> {
-    let mut tx = conn.begin().await?;
     // Holding it still is the proof that nobody else took it, even if it expired.
     let rows: Vec<(i32,)> = sqlx::query_as(
         "UPDATE sluice_leases SET expires_at = now() + make_interval(secs => $4)
@@ -213,9 +201,8 @@ pub async fn renew(
     .bind(partitions_i32(partitions))
     .bind(p.ttl_s)
     .persistent(false)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
     Ok(rows.into_iter().map(|(p,)| p as u32).collect())
 }
 
@@ -225,7 +212,6 @@ pub async fn release(
     member: &str,
     partitions: &[u32],
 ) -> Result<(), sqlx::Error> {
-    let mut tx = conn.begin().await?;
     sqlx::query(
         "DELETE FROM sluice_leases WHERE pool = $1 AND holder = $2 AND partition = ANY($3)",
     )
@@ -233,39 +219,36 @@ pub async fn release(
     .bind(member)
     .bind(partitions_i32(partitions))
     .persistent(false)
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    tx.commit().await
+    Ok(())
 }
 
 pub async fn leave(conn: &mut PgConnection, p: &Pool, member: &str) -> Result<(), sqlx::Error> {
-    let mut tx = conn.begin().await?;
     sqlx::query("DELETE FROM sluice_leases WHERE pool = $1 AND holder = $2")
         .bind(&p.name)
         .bind(member)
         .persistent(false)
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
     sqlx::query("DELETE FROM sluice_lease_members WHERE pool = $1 AND member = $2")
         .bind(&p.name)
         .bind(member)
         .persistent(false)
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
-    tx.commit().await
+    Ok(())
 }
 
 pub async fn leases(conn: &mut PgConnection, p: &Pool) -> Result<Vec<LeaseRow>, sqlx::Error> {
-    let mut tx = conn.begin().await?;
     let rows: Vec<(i32, String, f64)> = sqlx::query_as(
         "SELECT partition, holder, extract(epoch FROM expires_at - now())::float8
          FROM sluice_leases WHERE pool = $1 ORDER BY partition",
     )
     .bind(&p.name)
     .persistent(false)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
     Ok(rows
         .into_iter()
         .map(|(p, holder, s)| LeaseRow {
@@ -277,16 +260,14 @@ pub async fn leases(conn: &mut PgConnection, p: &Pool) -> Result<Vec<LeaseRow>, 
 }
 
 pub async fn members(conn: &mut PgConnection, p: &Pool) -> Result<Vec<MemberRow>, sqlx::Error> {
-    let mut tx = conn.begin().await?;
     let rows: Vec<(String, i32, bool, f64)> = sqlx::query_as(
         "SELECT member, held, wants_more, extract(epoch FROM now() - heartbeat_at)::float8
          FROM sluice_lease_members WHERE pool = $1 ORDER BY member",
     )
     .bind(&p.name)
     .persistent(false)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    tx.commit().await?;
     Ok(rows
         .into_iter()
         .map(|(member, held, wants_more, s)| MemberRow {
