@@ -71,6 +71,8 @@ pub struct Stats {
     pub held: AtomicBool,
     /// What bounded the rate, tick by tick.
     pub bounded_by: std::sync::Mutex<BoundedBy>,
+    /// Why the lease store cannot be used now (the worker holds no lease): /readyz says it.
+    lease_outage: std::sync::Mutex<Option<String>>,
 }
 
 /// Records settled per outcome, `outcome` its label; [`Stats::settled`] counts them.
@@ -164,6 +166,15 @@ impl Default for SinkLimits {
 }
 
 impl Stats {
+    /// Sets (or clears, with None) why the lease store cannot be used now.
+    pub fn set_lease_outage(&self, why: Option<String>) {
+        *crate::lock::lock(&self.lease_outage) = why;
+    }
+
+    pub fn lease_outage(&self) -> Option<String> {
+        crate::lock::lock(&self.lease_outage).clone()
+    }
+
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
     }

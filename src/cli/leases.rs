@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use super::{ConfigArgs, EXIT_CONFIG, EXIT_RUNTIME, ReportArgs, load};
 use crate::config::{LeasesConfig, Overrides};
 use crate::control::lease_table::{LeaseTable, PoolDefinition, WorkerLimits};
-use crate::lease::keeper::LeaseKeeper;
+use crate::lease::keeper::{Joining, LeaseKeeper};
 use crate::lease::postgres::PgLeaseStore;
 use crate::lease::{LeaseError, LeaseStore, check_definition, member_id};
 use crate::settings::bounds::rate_problem;
@@ -59,47 +59,101 @@ pub(super) async fn lease_store(
     read_only: bool,
 ) -> Result<Arc<dyn LeaseStore>, LeaseError> {
     if l.by_assignment() {
-        return Err(LeaseError(
-            "store = \"kafka\" keeps no leases: the capacity follows the consumer group's assignment".into(),
+        return Err(LeaseError::fatal(
+            "store = \"kafka\" keeps no leases: the capacity follows the consumer group's assignment",
         ));
     }
     let store = if read_only {
         PgLeaseStore::open_existing(&l.store, &l.pool, l.ttl).await?
     } else {
-        PgLeaseStore::connect(&l.store, &l.pool, l.ttl).await?
+        PgLeaseStore::new(&l.store, &l.pool, l.ttl)?
     };
     Ok(Arc::new(store))
 }
 
+/// A worker's lease pool as it starts: joined (the definition is the stored one), or
+/// still to join because the store was busy (the definition is the configured one until
+/// the store answers).
+pub(super) struct StartingPool {
+    pub store: Arc<dyn LeaseStore>,
+    pub definition: PoolDefinition,
+    pub joining: Option<Joining>,
+}
+
 /// Connects to the lease store and checks this worker's [leases] against the pool's stored
-/// definition (storing it if the pool has none): exit 2 if they differ.
-pub(super) async fn join_pool(
-    l: &LeasesConfig,
-) -> Result<(Arc<dyn LeaseStore>, PoolDefinition), u8> {
+/// definition (storing it if the pool has none): exit 2 if they differ, or if the store
+/// refuses this worker for good (credentials, database, privilege). A busy or unreachable
+/// store is an outage: the worker starts without leases and joins when it answers.
+pub(super) async fn join_pool(l: &LeasesConfig) -> Result<StartingPool, u8> {
     let store = lease_store(l, false).await.map_err(|e| {
         say!("sluice: {e}");
-        EXIT_RUNTIME
+        EXIT_CONFIG
     })?;
-    let definition = store.define(l.capacity, l.partitions).await.map_err(|e| {
-        say!("sluice: {e}");
-        EXIT_RUNTIME
-    })?;
+    let definition = match store.define(l.capacity, l.partitions).await {
+        Ok(d) => d,
+        Err(e) if e.fatal => {
+            say!("sluice: {e}");
+            return Err(EXIT_CONFIG);
+        }
+        Err(e) => {
+            store.rest().await;
+            tracing::warn!(
+                "{e}; starting without leases (reserved rate), joining the pool when the store answers"
+            );
+            return Ok(StartingPool {
+                store,
+                definition: PoolDefinition {
+                    capacity: l.capacity,
+                    partitions: l.partitions,
+                    generation: 0,
+                },
+                joining: Some(Joining {
+                    pool: l.pool.clone(),
+                    capacity: l.capacity,
+                    partitions: l.partitions,
+                }),
+            });
+        }
+    };
+    store.rest().await;
     check_definition(&l.pool, l.capacity, l.partitions, &definition).map_err(|e| {
         say!("sluice: bad configuration: {e}");
         EXIT_CONFIG
     })?;
-    Ok((store, definition))
+    Ok(StartingPool {
+        store,
+        definition,
+        joining: None,
+    })
+}
+
+/// How often a worker heartbeats when it needs nothing else of the store. One holding
+/// leases talks to the store at its renewals (every third of the ttl), which heartbeat
+/// too; one holding none heartbeats every 37–50% of the ttl (the period, jittered), well
+/// within the ttl that keeps it an active member.
+fn heartbeat_period(ttl: std::time::Duration) -> std::time::Duration {
+    ttl / 2
+}
+
+pub(super) struct KeeperSettings {
+    pub ceiling: Option<f64>,
+    pub tick: std::time::Duration,
+    pub outage: crate::control::backoff::Backoff,
 }
 
 pub(super) fn lease_keeper(
     l: &LeasesConfig,
-    store: Arc<dyn LeaseStore>,
-    definition: PoolDefinition,
-    ceiling: Option<f64>,
-    tick: std::time::Duration,
+    pool: StartingPool,
+    settings: KeeperSettings,
     rate: crate::control::target_rate::TargetRate,
     stats: Arc<Stats>,
 ) -> LeaseKeeper {
+    let KeeperSettings {
+        ceiling,
+        tick,
+        outage,
+    } = settings;
+    let definition = pool.definition;
     let table = LeaseTable::new(
         definition,
         WorkerLimits {
@@ -122,7 +176,17 @@ pub(super) fn lease_keeper(
         definition.partitions,
         ceiling.map_or(String::new(), |c| format!(", using at most {c} rec/s (rate.records_per_second)"))
     );
-    LeaseKeeper::new(store, table, member, rate, stats, interval)
+    LeaseKeeper::new(
+        pool.store,
+        table,
+        member,
+        rate,
+        stats,
+        interval,
+        heartbeat_period(l.ttl),
+        outage,
+        pool.joining,
+    )
 }
 
 /// `sluice leases resize`: a new definition (and generation) for the pool.

@@ -7,13 +7,11 @@ use tokio_util::sync::CancellationToken;
 
 use clap::{Args, ValueEnum};
 
-use super::leases::{join_pool, lease_keeper};
+use super::leases::{KeeperSettings, StartingPool, join_pool, lease_keeper};
 use super::{ConfigArgs, EXIT_CONFIG, EXIT_RUNTIME, load};
 use crate::config::{Config, Overrides, RecordsPerSecond, Unbounded};
 use crate::control::cadence::Cadence;
-use crate::control::lease_table::PoolDefinition;
 use crate::decode::Decoder;
-use crate::lease::LeaseStore;
 use crate::pipeline::clock::TokioClock;
 use crate::pipeline::{Pipeline, RunOptions};
 use crate::progress::Progress;
@@ -133,12 +131,11 @@ pub(super) async fn run(args: RunArgs) -> u8 {
     let pool = match &config.leases {
         Some(l) if !l.by_assignment() => match join_pool(l).await {
             Ok(joined) => Some(joined),
-            Err(EXIT_RUNTIME) => {
+            Err(code) => {
                 let mut summary = Stats::default().summary(started.elapsed());
                 summary.error = Some("cannot join the lease pool".into());
-                return report(&args, summary, EXIT_RUNTIME);
+                return report(&args, summary, code);
             }
-            Err(code) => return code,
         },
         _ => None,
     };
@@ -188,7 +185,7 @@ impl From<String> for Failure {
 async fn drain(
     args: &RunArgs,
     config: &Config,
-    pool: Option<(Arc<dyn LeaseStore>, PoolDefinition)>,
+    pool: Option<StartingPool>,
     stats: Arc<Stats>,
 ) -> Result<Summary, Failure> {
     let started = tokio::time::Instant::now();
@@ -281,18 +278,24 @@ async fn drain(
     }
     let keeper_shutdown = CancellationToken::new();
     let keeper_stop = keeper_shutdown.clone();
+    // The keeper stops the worker when the store refuses it for good: the pipeline's token
+    // is a child of the run's, cancelled by either.
+    let stop = shutdown.child_token();
+    let keeper_fatal = stop.clone();
     let keeper = match (&config.leases, pool) {
-        (Some(l), Some((store, definition))) => {
+        (Some(l), Some(pool)) => {
             let keeper = lease_keeper(
                 l,
-                store,
-                definition,
-                config.rate_ceiling(),
-                config.rate.tick,
+                pool,
+                KeeperSettings {
+                    ceiling: config.rate_ceiling(),
+                    tick: config.rate.tick,
+                    outage: config.backoffs().outage,
+                },
                 pipeline.target_rate(),
                 stats.clone(),
             );
-            Some(keeper.spawn(keeper_shutdown))
+            Some(keeper.spawn(keeper_shutdown, keeper_fatal))
         }
         _ => None,
     };
@@ -318,7 +321,7 @@ async fn drain(
         }
     };
     let progress = Progress::start(stats.clone());
-    let mut result = pipeline.run(shutdown).await;
+    let mut result = pipeline.run(stop).await;
     progress.finish();
     let bounds = crate::lock::lock(&stats.bounded_by).bounds();
     if crate::control::bounded_by::ceiling_all_along(&bounds) {
@@ -347,8 +350,13 @@ async fn drain(
         t.abort();
     }
     keeper_stop.cancel();
-    if let Some(k) = keeper {
-        let _ = k.await;
+    if let Some(k) = keeper
+        && let Ok(Some(refusal)) = k.await
+    {
+        return Err(Failure {
+            code: EXIT_CONFIG,
+            message: refusal,
+        });
     }
     result.map_err(|e| e.to_string().into())
 }

@@ -253,6 +253,20 @@ impl LeaseTable {
         Some((leases - SLACK).ceil().max(0.0) as u32)
     }
 
+    /// Whether `partition`'s last renewal was requested at least `after` before `now`.
+    fn renewal_due(&self, partition: u32, now: Instant, after: Duration) -> bool {
+        self.requested
+            .get(&partition)
+            .is_none_or(|t| now.duration_since(*t) >= after)
+    }
+
+    /// Whether a lease held at `now` is due for renewal (a third of the ttl after the last).
+    pub fn renewals_due(&self, now: Instant) -> bool {
+        self.held(now)
+            .into_iter()
+            .any(|p| self.renewal_due(p, now, self.limits.ttl / 3))
+    }
+
     /// Decides the next requests, from what [`LeaseTable::observe`] saw and the pool.
     pub fn plan(&mut self, now: Instant, pool: PoolView) -> LeasePlan {
         if pool.definition.generation != self.definition.generation {
@@ -273,15 +287,16 @@ impl LeaseTable {
         }
         self.expire(now);
         let held = self.held(now);
-        let renew = held
-            .iter()
-            .copied()
-            .filter(|p| {
-                self.requested
-                    .get(p)
-                    .is_none_or(|t| now.duration_since(*t) >= self.limits.ttl / 3)
-            })
-            .collect();
+        // When one is due, those at least half due come along: a worker's leases then fall
+        // due together, and one contact renews them all.
+        let renew = if self.renewals_due(now) {
+            held.iter()
+                .copied()
+                .filter(|p| self.renewal_due(*p, now, self.limits.ttl / 6))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let idle = self
             .idle_since
             .is_some_and(|t| now.duration_since(t) >= self.limits.idle_grace);

@@ -18,6 +18,7 @@ pub(crate) mod quota_unit;
 pub mod retry_after;
 pub(crate) mod retry_budget;
 pub mod sink_limit;
+pub mod store_contact;
 pub mod taken;
 pub mod target_rate;
 pub mod throttle;

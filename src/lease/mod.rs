@@ -11,8 +11,31 @@ use serde::Serialize;
 use crate::control::lease_table::{PoolDefinition, PoolView};
 
 #[derive(Debug, thiserror::Error)]
-#[error("lease store: {0}")]
-pub struct LeaseError(pub String);
+#[error("lease store: {message}")]
+pub struct LeaseError {
+    pub message: String,
+    /// Waiting cannot fix it (bad credentials, a missing database or privilege): the
+    /// worker exits 2 instead of retrying. A store that is busy, full ("too many
+    /// clients"), restarting or unreachable is an outage, never fatal.
+    pub fatal: bool,
+}
+
+impl LeaseError {
+    /// An outage: retried with the outage backoff.
+    pub fn busy(message: impl Into<String>) -> Self {
+        LeaseError {
+            message: message.into(),
+            fatal: false,
+        }
+    }
+
+    pub fn fatal(message: impl Into<String>) -> Self {
+        LeaseError {
+            message: message.into(),
+            fatal: true,
+        }
+    }
+}
 
 /// One row of `sluice leases`.
 #[derive(Debug, Clone, Serialize)]
@@ -118,6 +141,10 @@ pub trait LeaseStore: Send + Sync {
     async fn leases(&self) -> Result<Vec<LeaseRow>, LeaseError>;
 
     async fn members(&self) -> Result<Vec<MemberRow>, LeaseError>;
+
+    /// The worker is done talking to the store until its next contact: a store may
+    /// close its connection, so that a fleet holds connections only while it talks.
+    async fn rest(&self) {}
 }
 
 /// A name for this worker in the pool: host, process and a random suffix.

@@ -2,34 +2,64 @@
 //! so workers' clocks never decide who holds what. The pool's definition (capacity,
 //! partitions, generation) is a row of `sluice_lease_pools`; every lease carries the
 //! generation it was granted under.
+//!
+//! A worker holds one connection at most, and only while it talks to the store: the
+//! keeper closes it after each contact ([`LeaseStore::rest`]), so a fleet far larger
+//! than the server's `max_connections` shares one store. A refused connection ("too
+//! many clients", a restart) is an outage, reported as such; bad credentials, a missing
+//! database or privilege are not ([`LeaseError::fatal`]).
 
+mod statements;
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use tokio::sync::{Mutex, MutexGuard};
 
 use super::{LeaseError, LeaseRow, LeaseStore, MemberRow};
 use crate::control::lease_table::{PoolDefinition, PoolView};
+use crate::sink::WriteOutcome;
 use crate::sink::postgres::catalog::{self, Right, TableUse};
-use crate::sink::postgres::sqlstate::describe;
+use crate::sink::postgres::sqlstate::{Phase, describe, judge};
 
-pub struct PgLeaseStore {
-    pool: PgPool,
+/// What every statement needs to know of the pool.
+pub struct Pool {
     name: String,
     ttl_s: f64,
+}
+
+pub struct PgLeaseStore {
+    options: PgConnectOptions,
+    /// The worker's one connection to the store, open between a first call and
+    /// [`LeaseStore::rest`].
+    conn: Mutex<Option<PgConnection>>,
+    pool: Pool,
     /// Every call gives up after this, so an unreachable store never holds a worker
     /// past its leases' local deadlines.
     timeout: Duration,
-    /// False when opened read-only on a store whose tables do not exist yet: the pool
-    /// reads as empty.
-    tables: bool,
+    /// Whether the tables are there (created by this worker, or found).
+    tables: AtomicBool,
+    /// Inspection: creates nothing; a pool whose tables do not exist reads as empty.
+    read_only: bool,
 }
 
 /// How long `sluice leases` and `plan` wait for the store.
 const INSPECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A store error, judged as the sink judges one at connect: waiting cannot fix bad
+/// credentials (28000, 28P01), a missing database (3D000), schema, table or privilege
+/// (42501), a refused certificate or a malformed URL; everything else — refused or
+/// timed-out connections, "too many clients" (53300), a server starting or shutting down
+/// (57P03, 57P01) — is an outage.
 fn err(e: sqlx::Error) -> LeaseError {
-    LeaseError(describe(&e))
+    let message = describe(&e);
+    match judge(&e, Phase::Connect, &[]) {
+        WriteOutcome::Fatal(_) => LeaseError::fatal(message),
+        _ => LeaseError::busy(message),
+    }
 }
 
 /// The lease store's tables, the statements creating them, and the rights a worker uses
@@ -86,99 +116,140 @@ pub fn tables() -> Vec<TableUse> {
 }
 
 impl PgLeaseStore {
-    pub async fn connect(url: &str, pool: &str, ttl: Duration) -> Result<Self, LeaseError> {
+    /// A worker's store. Connects on the first call (the tables are created then), so a
+    /// store that is busy at start is an outage like any other; fails only on a bad URL.
+    pub fn new(url: &str, pool: &str, ttl: Duration) -> Result<Self, LeaseError> {
         let timeout = (ttl / 5).clamp(Duration::from_millis(500), Duration::from_secs(5));
-        let store = Self::open(url, pool, ttl, timeout).await?;
-        store.create_tables().await?;
+        Self::open(url, pool, ttl, timeout, false)
+    }
+
+    /// A worker's store, connected and with its tables.
+    pub async fn connect(url: &str, pool: &str, ttl: Duration) -> Result<Self, LeaseError> {
+        let store = Self::new(url, pool, ttl)?;
+        drop(store.connection().await?);
         Ok(store)
     }
 
     /// For inspection (`sluice leases`, `plan`): creates nothing, and waits longer for
     /// answers than a worker, which must not outlive its leases' deadlines, may.
     pub async fn open_existing(url: &str, pool: &str, ttl: Duration) -> Result<Self, LeaseError> {
-        let mut store = Self::open(url, pool, ttl, INSPECTION_TIMEOUT).await?;
-        let (present,): (bool,) = store
-            .timed(
-                sqlx::query_as(
+        let store = Self::open(url, pool, ttl, INSPECTION_TIMEOUT, true)?;
+        let mut conn = store.connection().await?;
+        let present = store
+            .settle(&mut conn, async |c: &mut PgConnection| {
+                let (present,): (bool,) = sqlx::query_as(
                     "SELECT to_regclass('sluice_leases') IS NOT NULL \
                      AND to_regclass('sluice_lease_members') IS NOT NULL \
                      AND to_regclass('sluice_lease_pools') IS NOT NULL",
                 )
-                .fetch_one(&store.pool),
-            )
+                .persistent(false)
+                .fetch_one(c)
+                .await?;
+                Ok(present)
+            })
             .await?;
-        store.tables = present;
+        store.tables.store(present, Relaxed);
+        drop(conn);
         Ok(store)
     }
 
-    async fn open(
+    fn open(
         url: &str,
         pool: &str,
         ttl: Duration,
         timeout: Duration,
+        read_only: bool,
     ) -> Result<Self, LeaseError> {
         let options = crate::sink::postgres::tls::connect_options(url)
-            .map_err(|e| LeaseError(format!("cannot connect to the lease store: {e}")))?
-            // "already exists, skipping" from workers racing to create a table is no news.
-            .options([("client_min_messages", "warning")]);
-        let connect = PgPoolOptions::new()
-            .max_connections(2)
-            .acquire_timeout(timeout)
-            .connect_with(options);
-        let pg = match tokio::time::timeout(timeout, connect).await {
-            Ok(r) => r.map_err(|e| {
-                LeaseError(format!(
-                    "cannot connect to the lease store: {}",
-                    describe(&e)
-                ))
-            })?,
-            Err(_) => {
-                return Err(LeaseError(format!(
-                    "cannot connect to the lease store: no answer within {timeout:?}"
-                )));
-            }
-        };
+            .map_err(|e| LeaseError::fatal(format!("cannot connect to the lease store: {e}")))?
+            // Nothing is prepared for later: see `statements`.
+            .statement_cache_capacity(0);
         Ok(PgLeaseStore {
-            pool: pg,
-            name: pool.to_string(),
-            ttl_s: ttl.as_secs_f64(),
+            options,
+            conn: Mutex::new(None),
+            pool: Pool {
+                name: pool.to_string(),
+                ttl_s: ttl.as_secs_f64(),
+            },
             timeout,
-            tables: true,
+            tables: AtomicBool::new(false),
+            read_only,
         })
     }
 
-    /// Creates the lease tables that are missing (only those: a role with the rights of
-    /// [`tables`] on tables made beforehand runs without CREATE on the schema).
-    async fn create_tables(&self) -> Result<(), LeaseError> {
-        // Workers starting together must not race on CREATE TABLE.
-        catalog::ensure(&self.pool, &tables(), "sluice_leases")
-            .await
-            .map_err(err)
-    }
-
-    async fn timed<T>(
-        &self,
-        f: impl Future<Output = Result<T, sqlx::Error>>,
-    ) -> Result<T, LeaseError> {
-        match tokio::time::timeout(self.timeout, f).await {
-            Ok(r) => r.map_err(err),
-            Err(_) => Err(LeaseError(format!("no answer within {:?}", self.timeout))),
+    /// The connection, opened if it is not, and the lease tables, created if this worker
+    /// has not seen them yet.
+    async fn connection(&self) -> Result<MutexGuard<'_, Option<PgConnection>>, LeaseError> {
+        let mut guard = self.conn.lock().await;
+        if guard.is_none() {
+            let connect = PgConnection::connect_with(&self.options);
+            let conn = match tokio::time::timeout(self.timeout, connect).await {
+                Ok(r) => r.map_err(|e| {
+                    let e = err(e);
+                    LeaseError {
+                        message: format!("cannot connect to the lease store: {}", e.message),
+                        ..e
+                    }
+                })?,
+                Err(_) => {
+                    return Err(LeaseError::busy(format!(
+                        "cannot connect to the lease store: no answer within {:?}",
+                        self.timeout
+                    )));
+                }
+            };
+            *guard = Some(conn);
         }
+        if !self.read_only && !self.tables.load(Relaxed) {
+            // Workers starting together must not race on CREATE TABLE.
+            self.settle(&mut guard, async |c: &mut PgConnection| {
+                catalog::ensure(c, &tables(), "sluice_leases").await
+            })
+            .await?;
+            self.tables.store(true, Relaxed);
+        }
+        Ok(guard)
     }
-}
 
-type DefinitionRow = (f64, i32, i32);
-
-fn definition((capacity, partitions, generation): DefinitionRow) -> PoolDefinition {
-    PoolDefinition {
-        capacity,
-        partitions: partitions as u32,
-        generation: generation as u32,
+    /// Runs `f` on the open connection within the timeout; after any failure the
+    /// connection is dropped (its state is unknown), and the next call opens another.
+    async fn settle<T>(
+        &self,
+        guard: &mut Option<PgConnection>,
+        f: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, LeaseError> {
+        let conn = guard.as_mut().expect("connection() opened it");
+        let result = match tokio::time::timeout(self.timeout, f(conn)).await {
+            Ok(r) => r.map_err(err),
+            Err(_) => Err(LeaseError::busy(format!(
+                "no answer within {:?}",
+                self.timeout
+            ))),
+        };
+        if result.is_err() {
+            *guard = None;
+        }
+        result
     }
-}
 
-fn partitions_i32(p: &[u32]) -> Vec<i32> {
-    p.iter().map(|&p| p as i32).collect()
+    /// `f` in a transaction on the store's connection, opened if needed.
+    async fn call<T>(
+        &self,
+        f: impl AsyncFnOnce(&mut PgConnection, &Pool) -> Result<T, sqlx::Error>,
+    ) -> Result<T, LeaseError> {
+        let mut guard = self.connection().await?;
+        self.settle(&mut guard, async |c: &mut PgConnection| {
+            let mut tx = c.begin().await?;
+            let result = f(&mut tx, &self.pool).await?;
+            tx.commit().await?;
+            Ok(result)
+        })
+        .await
+    }
+
+    fn has_tables(&self) -> bool {
+        !self.read_only || self.tables.load(Relaxed)
+    }
 }
 
 #[async_trait]
@@ -189,252 +260,101 @@ impl LeaseStore for PgLeaseStore {
         held: u32,
         wants_more: bool,
     ) -> Result<PoolView, LeaseError> {
-        self.timed(async {
-            sqlx::query(
-                "INSERT INTO sluice_lease_members (pool, member, heartbeat_at, held, wants_more)
-                 VALUES ($1, $2, now(), $3, $4)
-                 ON CONFLICT (pool, member) DO UPDATE
-                 SET heartbeat_at = now(), held = excluded.held, wants_more = excluded.wants_more",
-            )
-            .bind(&self.name)
-            .bind(member)
-            .bind(held as i32)
-            .bind(wants_more)
-            .execute(&self.pool)
-            .await?;
-            let others: Vec<(i32, bool)> = sqlx::query_as(
-                "SELECT held, wants_more FROM sluice_lease_members
-                 WHERE pool = $1 AND member <> $2 AND heartbeat_at > now() - make_interval(secs => $3)",
-            )
-            .bind(&self.name)
-            .bind(member)
-            .bind(self.ttl_s)
-            .fetch_all(&self.pool)
-            .await?;
-            let row: DefinitionRow = sqlx::query_as(
-                "SELECT capacity, partitions, generation FROM sluice_lease_pools WHERE pool = $1",
-            )
-            .bind(&self.name)
-            .fetch_one(&self.pool)
-            .await?;
-            let definition = definition(row);
-            // Leases of an older generation block new ones until they are gone.
-            let (taken, older): (i64, i64) = sqlx::query_as(
-                "SELECT count(*) FILTER (WHERE generation = $2), count(*) FILTER (WHERE generation <> $2)
-                 FROM sluice_leases WHERE pool = $1 AND expires_at > now()",
-            )
-            .bind(&self.name)
-            .bind(definition.generation as i32)
-            .fetch_one(&self.pool)
-            .await?;
-            let active = others.len() as u32 + 1;
-            let share = definition.partitions.div_ceil(active) as i32;
-            Ok(PoolView {
-                active_members: active,
-                other_waiting: others.iter().any(|(h, wants)| *wants && *h < share),
-                free: if older > 0 {
-                    0
-                } else {
-                    definition.partitions.saturating_sub(taken as u32)
-                },
-                definition,
-            })
-        })
-        .await
+        self.call(async |c, p| statements::heartbeat(c, p, member, held, wants_more).await)
+            .await
     }
 
     async fn define(&self, capacity: f64, partitions: u32) -> Result<PoolDefinition, LeaseError> {
-        self.timed(async {
-            sqlx::query(
-                "INSERT INTO sluice_lease_pools (pool, capacity, partitions) VALUES ($1, $2, $3)
-                 ON CONFLICT (pool) DO NOTHING",
-            )
-            .bind(&self.name)
-            .bind(capacity)
-            .bind(partitions as i32)
-            .execute(&self.pool)
-            .await?;
-            let row: DefinitionRow = sqlx::query_as(
-                "SELECT capacity, partitions, generation FROM sluice_lease_pools WHERE pool = $1",
-            )
-            .bind(&self.name)
-            .fetch_one(&self.pool)
-            .await?;
-            Ok(definition(row))
-        })
-        .await
+        self.call(async |c, p| statements::define(c, p, capacity, partitions).await)
+            .await
     }
 
     async fn definition(&self) -> Result<Option<PoolDefinition>, LeaseError> {
-        if !self.tables {
+        if !self.has_tables() {
             return Ok(None);
         }
-        self.timed(async {
-            let row: Option<DefinitionRow> = sqlx::query_as(
-                "SELECT capacity, partitions, generation FROM sluice_lease_pools WHERE pool = $1",
-            )
-            .bind(&self.name)
-            .fetch_optional(&self.pool)
-            .await?;
-            Ok(row.map(definition))
-        })
-        .await
+        self.call(async |c, p| statements::stored_definition(c, p).await)
+            .await
     }
 
     async fn resize(&self, capacity: f64, partitions: u32) -> Result<PoolDefinition, LeaseError> {
-        self.timed(async {
-            // Waits for acquisitions in progress (they hold the row FOR SHARE): a lease of
-            // the old generation is either committed before the change or never granted.
-            let row: DefinitionRow = sqlx::query_as(
-                "INSERT INTO sluice_lease_pools (pool, capacity, partitions) VALUES ($1, $2, $3)
-                 ON CONFLICT (pool) DO UPDATE
-                 SET capacity = excluded.capacity, partitions = excluded.partitions,
-                     generation = sluice_lease_pools.generation + 1, changed_at = now()
-                 RETURNING capacity, partitions, generation",
-            )
-            .bind(&self.name)
-            .bind(capacity)
-            .bind(partitions as i32)
-            .fetch_one(&self.pool)
-            .await?;
-            Ok(definition(row))
-        })
-        .await
+        self.call(async |c, p| statements::resize(c, p, capacity, partitions).await)
+            .await
     }
 
     async fn acquire(&self, member: &str, generation: u32) -> Result<Option<u32>, LeaseError> {
-        self.timed(async {
-            // Only under the pool's current generation, and only once no lease of another
-            // generation is unexpired: old and new leases never add up.
-            let row: Option<(i32,)> = sqlx::query_as(
-                "WITH def AS (
-                    SELECT partitions, generation FROM sluice_lease_pools
-                    WHERE pool = $1 AND generation = $4
-                    FOR SHARE),
-                 candidate AS (
-                    SELECT p FROM def, generate_series(0, def.partitions - 1) AS p
-                    WHERE NOT EXISTS (
-                        SELECT 1 FROM sluice_leases l
-                        WHERE l.pool = $1 AND l.expires_at > now()
-                          AND (l.partition = p OR l.generation <> def.generation))
-                    ORDER BY random() LIMIT 1)
-                 INSERT INTO sluice_leases (pool, partition, holder, expires_at, generation)
-                 SELECT $1, p, $2, now() + make_interval(secs => $3), $4 FROM candidate
-                 ON CONFLICT (pool, partition) DO UPDATE
-                 SET holder = excluded.holder, expires_at = excluded.expires_at, acquired_at = now(),
-                     generation = excluded.generation
-                 WHERE sluice_leases.expires_at <= now()
-                 RETURNING partition",
-            )
-            .bind(&self.name)
-            .bind(member)
-            .bind(self.ttl_s)
-            .bind(generation as i32)
-            .fetch_optional(&self.pool)
-            .await?;
-            Ok(row.map(|(p,)| p as u32))
-        })
-        .await
+        self.call(async |c, p| statements::acquire(c, p, member, generation).await)
+            .await
     }
 
     async fn renew(&self, member: &str, partitions: &[u32]) -> Result<Vec<u32>, LeaseError> {
-        self.timed(async {
-            // Holding it still is the proof that nobody else took it, even if it expired.
-            let rows: Vec<(i32,)> = sqlx::query_as(
-                "UPDATE sluice_leases SET expires_at = now() + make_interval(secs => $4)
-                 WHERE pool = $1 AND holder = $2 AND partition = ANY($3)
-                   AND generation = (SELECT generation FROM sluice_lease_pools WHERE pool = $1)
-                 RETURNING partition",
-            )
-            .bind(&self.name)
-            .bind(member)
-            .bind(partitions_i32(partitions))
-            .bind(self.ttl_s)
-            .fetch_all(&self.pool)
-            .await?;
-            Ok(rows.into_iter().map(|(p,)| p as u32).collect())
-        })
-        .await
+        self.call(async |c, p| statements::renew(c, p, member, partitions).await)
+            .await
     }
 
     async fn release(&self, member: &str, partitions: &[u32]) -> Result<(), LeaseError> {
-        self.timed(async {
-            sqlx::query(
-                "DELETE FROM sluice_leases WHERE pool = $1 AND holder = $2 AND partition = ANY($3)",
-            )
-            .bind(&self.name)
-            .bind(member)
-            .bind(partitions_i32(partitions))
-            .execute(&self.pool)
-            .await?;
-            Ok(())
-        })
-        .await
+        self.call(async |c, p| statements::release(c, p, member, partitions).await)
+            .await
     }
 
     async fn leave(&self, member: &str) -> Result<(), LeaseError> {
-        self.timed(async {
-            sqlx::query("DELETE FROM sluice_leases WHERE pool = $1 AND holder = $2")
-                .bind(&self.name)
-                .bind(member)
-                .execute(&self.pool)
-                .await?;
-            sqlx::query("DELETE FROM sluice_lease_members WHERE pool = $1 AND member = $2")
-                .bind(&self.name)
-                .bind(member)
-                .execute(&self.pool)
-                .await?;
-            Ok(())
-        })
-        .await
+        self.call(async |c, p| statements::leave(c, p, member).await)
+            .await
     }
 
     async fn leases(&self) -> Result<Vec<LeaseRow>, LeaseError> {
-        if !self.tables {
+        if !self.has_tables() {
             return Ok(Vec::new());
         }
-        self.timed(async {
-            let rows: Vec<(i32, String, f64)> = sqlx::query_as(
-                "SELECT partition, holder, extract(epoch FROM expires_at - now())::float8
-                 FROM sluice_leases WHERE pool = $1 ORDER BY partition",
-            )
-            .bind(&self.name)
-            .fetch_all(&self.pool)
-            .await?;
-            Ok(rows
-                .into_iter()
-                .map(|(p, holder, s)| LeaseRow {
-                    partition: p as u32,
-                    holder,
-                    expires_in_s: (s * 10.0).round() / 10.0,
-                })
-                .collect())
-        })
-        .await
+        self.call(async |c, p| statements::leases(c, p).await).await
     }
 
     async fn members(&self) -> Result<Vec<MemberRow>, LeaseError> {
-        if !self.tables {
+        if !self.has_tables() {
             return Ok(Vec::new());
         }
-        self.timed(async {
-            let rows: Vec<(String, i32, bool, f64)> = sqlx::query_as(
-                "SELECT member, held, wants_more, extract(epoch FROM now() - heartbeat_at)::float8
-                 FROM sluice_lease_members WHERE pool = $1 ORDER BY member",
-            )
-            .bind(&self.name)
-            .fetch_all(&self.pool)
-            .await?;
-            Ok(rows
-                .into_iter()
-                .map(|(member, held, wants_more, s)| MemberRow {
-                    member,
-                    held: held as u32,
-                    wants_more,
-                    last_seen_s: (s * 10.0).round() / 10.0,
-                })
-                .collect())
-        })
-        .await
+        self.call(async |c, p| statements::members(c, p).await)
+            .await
+    }
+
+    async fn rest(&self) {
+        if let Some(conn) = self.conn.lock().await.take() {
+            let _ = tokio::time::timeout(self.timeout, conn.close()).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_store_is_an_outage_and_only_what_waiting_cannot_fix_is_fatal() {
+        for busy in [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::Io(std::io::ErrorKind::ConnectionRefused.into()),
+            sqlx::Error::Io(std::io::ErrorKind::TimedOut.into()),
+            sqlx::Error::Protocol("connection reset".into()),
+        ] {
+            assert!(!err(busy).fatal);
+        }
+        assert!(err(sqlx::Error::Configuration("bad sslmode".into())).fatal);
+        use crate::sink::postgres::sqlstate::classify;
+        use crate::sink::sql_error::ErrorClass;
+        // What the store meets at connect and in its statements, by SQLSTATE.
+        for (code, fatal) in [
+            ("53300", false), // too_many_connections
+            ("57P03", false), // cannot_connect_now: starting up
+            ("57P01", false), // admin_shutdown: a restart
+            ("08006", false), // connection_failure
+            ("40001", false), // serialization_failure
+            ("28P01", true),  // invalid_password
+            ("28000", true),  // invalid_authorization_specification
+            ("3D000", true),  // invalid_catalog_name: no such database
+            ("42501", true),  // insufficient_privilege
+        ] {
+            let class = classify(code, None, Phase::Connect, &[]);
+            assert_eq!(class == ErrorClass::Fatal, fatal, "{code}: {class:?}");
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! `/metrics`, `/healthz` (the process is alive), `/readyz` (source and sink reachable,
-//! not shutting down) and the operator controls under `/control/` on `[telemetry] listen`.
+//! `/metrics`, `/healthz` (the process is alive), `/readyz` (source, sink and lease store
+//! reachable, not shutting down) and the operator controls under `/control/` on `[telemetry] listen`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -83,6 +83,12 @@ async fn ready(State(s): State<Shared>) -> (StatusCode, String) {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             "source unreachable\n".into(),
+        );
+    }
+    if let Some(why) = s.stats.lease_outage() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", crate::redact::redact(&why)),
         );
     }
     if s.stats.dead_letter_outages.load(Relaxed) > 0 {

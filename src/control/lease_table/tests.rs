@@ -375,3 +375,29 @@ fn a_worker_with_a_backlog_and_no_lease_asks_whatever_its_reserved_rate() {
     t.forget(0);
     assert!(!t.observe(t0 + Duration::from_secs(2), 500, false));
 }
+
+#[test]
+fn leases_taken_apart_are_renewed_together_once_one_is_due() {
+    let t0 = Instant::now();
+    let mut t = table();
+    t.granted(2, t0);
+    t.granted(4, t0 + Duration::from_secs(3));
+    // At 5 s lease 2 is due (a third of 15 s) and lease 4, 2 s old, is under half due.
+    let plan = t.plan(t0 + Duration::from_secs(5), pool(1, false, 0));
+    assert_eq!(plan.renew, vec![2]);
+    // Had lease 4 been at least half due (2.5 s), it would have come along.
+    let plan = t.plan(t0 + Duration::from_millis(5500), pool(1, false, 0));
+    assert_eq!(plan.renew, vec![2, 4]);
+    t.renewed(&[2, 4], &[2, 4], t0 + Duration::from_millis(5500));
+    assert!(
+        t.plan(t0 + Duration::from_secs(10), pool(1, false, 0))
+            .renew
+            .is_empty()
+    );
+    assert_eq!(
+        t.plan(t0 + Duration::from_millis(10500), pool(1, false, 0))
+            .renew,
+        vec![2, 4],
+        "due together from then on"
+    );
+}

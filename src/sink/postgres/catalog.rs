@@ -4,7 +4,7 @@
 //! there). `sluice check` asks the same catalog whether the role holds each right a run
 //! will use, and names the one it lacks.
 
-use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Executor};
 
 use crate::sink::identifier::quote;
@@ -99,6 +99,9 @@ async fn find(conn: &mut PgConnection, table: &TableUse) -> Result<Found, sqlx::
     )
     .bind(table.quoted())
     .bind(&added)
+    // Unnamed: run once per start, and a lease store behind PgBouncer in transaction
+    // mode must not leave named statements on the server connections.
+    .persistent(false)
     .fetch_one(conn)
     .await?;
     let missing_columns = added
@@ -116,11 +119,14 @@ async fn find(conn: &mut PgConnection, table: &TableUse) -> Result<Found, sqlx::
 /// nothing else: with everything there, no DDL runs and no lock is taken. The DDL runs
 /// in one transaction under the advisory lock `lock` (workers starting together would
 /// otherwise race on the type catalogue) after looking again under it.
-pub async fn ensure(pool: &PgPool, tables: &[TableUse], lock: &str) -> Result<(), sqlx::Error> {
-    let mut conn = pool.acquire().await?;
+pub async fn ensure(
+    conn: &mut PgConnection,
+    tables: &[TableUse],
+    lock: &str,
+) -> Result<(), sqlx::Error> {
     let mut complete = true;
     for table in tables {
-        let found = find(&mut conn, table).await?;
+        let found = find(conn, table).await?;
         complete &= (found.exists || table.create.is_none()) && found.missing_columns.is_empty();
     }
     if complete {

@@ -151,9 +151,12 @@ impl PostgresSink {
                 )
             }
         };
-        catalog::ensure(&pool, &target.uses(), CREATE_LOCK)
-            .await
-            .map_err(|e| fail(&describe(&e)))?;
+        {
+            let mut conn = pool.acquire().await.map_err(|e| fail(&describe(&e)))?;
+            catalog::ensure(&mut conn, &target.uses(), CREATE_LOCK)
+                .await
+                .map_err(|e| fail(&describe(&e)))?;
+        }
         // What `check` and start-up promise: the statement every batch runs is valid.
         let statement = upsert
             .as_ref()

@@ -140,7 +140,7 @@ pub fn classify(
 
 /// Sorts an error into what the delivery should do about it, by its SQLSTATE (or, without
 /// one, by whether the connection itself failed).
-pub(super) fn judge(
+pub(crate) fn judge(
     err: &sqlx::Error,
     phase: Phase,
     throttle_sqlstates: &[String],
