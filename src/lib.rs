@@ -28,7 +28,7 @@
 //! - [`progress`]: a progress bar in a terminal, a log line every ten seconds elsewhere.
 //! - [`logging`]: log lines on stderr, text or JSON, always through [`redact`].
 //! - [`redact`]: credentials never reach a log line, an error, a metric or a report.
-//! - [`shutdown`]: who must stop holds a `Shutdown` and is told once.
+//! - [`shutdown`]: the run's `CancellationToken`, cancelled on a signal or the deadline.
 //! - [`lock`]: a mutex that stays usable after a holder panicked.
 //! - [`atomic_f64`]: an `f64` shared by tasks without a lock.
 //! - `fuzz_targets`: the bodies of the fuzz targets (hidden from the docs).
