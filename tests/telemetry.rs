@@ -101,11 +101,20 @@ fn no_log_line_shows_a_password() {
     let out = sluice()
         .current_dir(dir.path())
         .env("SLUICE_LOG", "debug")
-        .args(["run", "-c", "sluice.toml", "--until-empty"])
+        .args([
+            "run",
+            "-c",
+            "sluice.toml",
+            "--until-empty",
+            "--deadline",
+            "3s",
+        ])
         .output()
         .unwrap();
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // An unreachable store is an outage (#44): the worker waits at its reserved rate and
+    // says why; the deadline ends it.
+    assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("lease store"), "{err}");
     assert!(!err.contains("s3cr3t-pw"), "{err}");
 
