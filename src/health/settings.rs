@@ -437,6 +437,17 @@ impl HealthConfig {
             );
         }
         p.at_most_a_year("health.probe.window", probe.window());
+        // A latency of 0 is never met: the rate would sit at its floor for good.
+        if probe
+            .target
+            .as_ref()
+            .is_some_and(|t| t.factor().is_none() && t.value().is_ok_and(|v| v <= 0.0))
+        {
+            p.add(
+                "health.probe.target",
+                say("a canary's target is a latency above 0 (e.g. \"20ms\" or \"2x\")"),
+            );
+        }
         if !probe
             .percentile
             .is_none_or(|q| q.is_finite() && q > 0.0 && q <= 100.0)

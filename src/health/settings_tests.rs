@@ -157,6 +157,11 @@ fn canary_mistakes_name_their_key() {
             "builtin = \"canary\"\ntarget = \"fast\"\n",
             "health.probe.target",
         ),
+        ("builtin = \"canary\"\ntarget = 0\n", "health.probe.target"),
+        (
+            "builtin = \"canary\"\ntarget = \"0ms\"\n",
+            "health.probe.target",
+        ),
         (
             "builtin = \"active_sessions\"\ntarget = \"2x\"\n",
             "health.probe.target",
