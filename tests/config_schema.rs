@@ -4,6 +4,8 @@
 //! completeness — the TOML examples of the README and the book (blocks opened with a bare
 //! ```toml; other TOML, such as Taplo's own settings, is opened as ```toml NAME).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -116,30 +118,12 @@ fn without_required(mut schema: Value) -> Value {
     schema
 }
 
-/// The README, ARCHITECTURE.md and every page of the book.
-fn documentation() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                out.push(path);
-            }
-        }
-    }
-    let mut files = vec![PathBuf::from("README.md"), PathBuf::from("ARCHITECTURE.md")];
-    walk(Path::new("docs"), &mut files);
-    files.sort();
-    files
-}
-
 #[test]
 fn the_documentation_examples_use_keys_and_types_the_schema_knows() {
     let validator = jsonschema::validator_for(&without_required(schema())).unwrap();
     let mut blocks = 0;
     let mut failures = Vec::new();
-    for file in documentation() {
+    for file in common::documentation_files() {
         let text = std::fs::read_to_string(&file).unwrap();
         for (i, block) in text.split("```toml\n").skip(1).enumerate() {
             let toml_text = block.split("```").next().unwrap();

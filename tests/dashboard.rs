@@ -89,18 +89,12 @@ fn exported(text: &str) -> BTreeMap<String, BTreeSet<String>> {
 
 #[test]
 fn every_metric_and_label_the_dashboard_queries_is_exported() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
     // 100 rec/s with one second of burst, asked for 400: the worker is throttled and
     // learns the limit; meanwhile the file is far from read, so a truncation loses bytes.
-    let sim = rt
-        .block_on(sluice::sim_sink::SimSink::start(
-            sluice::sim_sink::SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 100.0),
-        ))
-        .unwrap();
+    let (_rt, sim) = common::sim_sink(sluice::sim_sink::SimSinkConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        100.0,
+    ));
     let dir = tempfile::tempdir().unwrap();
     common::write_records(&dir.path().join("in.ndjson"), 20_000, &[2, 3, 5]);
     let port = free_port();

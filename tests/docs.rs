@@ -11,24 +11,6 @@ use std::path::{Path, PathBuf};
 
 use common::sluice;
 
-/// Every Markdown file of the documentation: the README, ARCHITECTURE.md, the book.
-fn markdown_files() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                out.push(path);
-            }
-        }
-    }
-    let mut files = vec![PathBuf::from("README.md"), PathBuf::from("ARCHITECTURE.md")];
-    walk(Path::new("docs"), &mut files);
-    files.sort();
-    files
-}
-
 #[test]
 fn the_reference_is_what_the_code_generates() {
     let out = sluice()
@@ -163,7 +145,7 @@ fn links_of(text: &str) -> Vec<String> {
 fn every_local_link_resolves() {
     let mut broken = Vec::new();
     let mut checked = 0;
-    for file in markdown_files() {
+    for file in common::documentation_files() {
         let text = std::fs::read_to_string(&file).unwrap();
         for link in links_of(&text) {
             if link.contains("://") || link.starts_with("mailto:") {
@@ -206,7 +188,7 @@ fn every_book_page_is_in_the_summary() {
         .into_iter()
         .map(|l| Path::new("docs").join(l))
         .collect();
-    let unlisted: Vec<PathBuf> = markdown_files()
+    let unlisted: Vec<PathBuf> = common::documentation_files()
         .into_iter()
         .filter(|f| f.starts_with("docs") && !f.ends_with("SUMMARY.md"))
         .filter(|f| !listed.contains(f))

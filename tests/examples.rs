@@ -30,14 +30,9 @@ fn kind_of(config: &toml::Value, section: &str) -> String {
 
 #[test]
 fn every_example_passes_check_against_the_test_services() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
     let mut bulk = sluice::sim_sink::SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 10_000.0);
     bulk.bulk = true;
-    let cluster = rt.block_on(sluice::sim_sink::SimSink::start(bulk)).unwrap();
+    let (_rt, cluster) = common::sim_sink(bulk);
     let files = examples();
     assert!(files.len() >= 6, "only {} examples", files.len());
     let mut failures = Vec::new();

@@ -23,25 +23,8 @@ struct Scratch {
 
 impl Scratch {
     fn start() -> Scratch {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .expect("PostgreSQL binaries under /usr/lib/postgresql")
-            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-            .filter(|p| p.join("pg_basebackup").exists())
-            .max()
-            .expect("a PostgreSQL version with pg_basebackup");
-        let dir = tempfile::tempdir().unwrap();
-        let as_postgres = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-        if as_postgres {
-            let ok = Command::new("chown")
-                .arg("postgres")
-                .arg(dir.path())
-                .status()
-                .unwrap();
-            assert!(ok.success());
-        }
+        let bin = crate::common::pg::bin_with("pg_basebackup");
+        let (dir, as_postgres) = crate::common::pg::cluster_dir();
         let mut s = Scratch {
             dir,
             bin,

@@ -121,23 +121,16 @@ struct Emulator {
 
 impl Emulator {
     fn start(capacity: f64) -> Emulator {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let sim = rt
-            .block_on(SimSink::start(SimSinkConfig {
-                burst: capacity as u32,
-                // A fleet's requests arrive together: the emulator must not slow down for
-                // them (by default it does beyond 30 at once).
-                latency: LatencyModel {
-                    knee: 10_000,
-                    ..LatencyModel::default()
-                },
-                ..SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), capacity)
-            }))
-            .unwrap();
+        let (rt, sim) = sim_sink(SimSinkConfig {
+            burst: capacity as u32,
+            // A fleet's requests arrive together: the emulator must not slow down for
+            // them (by default it does beyond 30 at once).
+            latency: LatencyModel {
+                knee: 10_000,
+                ..LatencyModel::default()
+            },
+            ..SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), capacity)
+        });
         Emulator { rt, sim }
     }
 
@@ -242,14 +235,7 @@ fn a_fleet_shares_one_pool_on_a_store_at_the_default_max_connections() {
             Some(
                 sluice()
                     .current_dir(d.path())
-                    .args([
-                        "run",
-                        "-c",
-                        "sluice.toml",
-                        "--until-empty",
-                        "--summary",
-                        "json",
-                    ])
+                    .args(DRAIN)
                     .stdout(Stdio::piped())
                     // To a file: a pipe nobody reads until the end could fill and stall it.
                     .stderr(std::fs::File::create(d.path().join("log")).unwrap())

@@ -27,17 +27,10 @@ impl Emulator {
 
     /// 1,000 rec/s with a bucket of `burst` records.
     fn with_burst(burst: u32) -> Emulator {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let sim = rt
-            .block_on(SimSink::start(SimSinkConfig {
-                burst,
-                ..SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1000.0)
-            }))
-            .unwrap();
+        let (rt, sim) = sim_sink(SimSinkConfig {
+            burst,
+            ..SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1000.0)
+        });
         Emulator { rt, sim }
     }
 

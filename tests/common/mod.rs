@@ -325,3 +325,36 @@ pub fn get(url: &str) -> String {
         }
     })
 }
+
+/// `sim-sink` with `config`, on a runtime of its own that must outlive it.
+pub fn sim_sink(
+    config: sluice::sim_sink::SimSinkConfig,
+) -> (tokio::runtime::Runtime, sluice::sim_sink::SimSink) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let sim = rt
+        .block_on(sluice::sim_sink::SimSink::start(config))
+        .unwrap();
+    (rt, sim)
+}
+
+/// Every Markdown file of the documentation: the README, ARCHITECTURE.md, the book.
+pub fn documentation_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = vec![PathBuf::from("README.md"), PathBuf::from("ARCHITECTURE.md")];
+    walk(Path::new("docs"), &mut files);
+    files.sort();
+    files
+}

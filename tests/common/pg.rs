@@ -128,3 +128,34 @@ impl Drop for Db {
         });
     }
 }
+
+/// The newest installed PostgreSQL's `bin/` that holds `tool` (initdb, pg_basebackup), for
+/// a scratch cluster of a test's own.
+pub fn bin_with(tool: &str) -> std::path::PathBuf {
+    std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL binaries under /usr/lib/postgresql")
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|b| b.join(tool).exists())
+        .max()
+        .unwrap_or_else(|| panic!("a PostgreSQL version with {tool}"))
+}
+
+/// A directory for a scratch cluster, and whether its commands must run as `postgres`:
+/// initdb refuses root, so as root the directory is handed to `postgres`.
+pub fn cluster_dir() -> (tempfile::TempDir, bool) {
+    use std::process::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let as_postgres = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if as_postgres {
+        let ok = Command::new("chown")
+            .arg("postgres")
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    (dir, as_postgres)
+}

@@ -110,14 +110,8 @@ pub fn sigterm(worker: &std::process::Child) {
 /// `sim-sink` taking up to 100,000 records a second (all a test sends), on a runtime of its
 /// own that must outlive it.
 pub fn accepting_sink() -> (tokio::runtime::Runtime, sluice::sim_sink::SimSink) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let config = sluice::sim_sink::SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 100_000.0);
-    let sim = rt
-        .block_on(sluice::sim_sink::SimSink::start(config))
-        .unwrap();
-    (rt, sim)
+    super::sim_sink(sluice::sim_sink::SimSinkConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        100_000.0,
+    ))
 }

@@ -20,25 +20,8 @@ pub struct Cluster {
 impl Cluster {
     /// Started with `settings` (postgresql.conf lines) and stopped when dropped.
     pub fn start(settings: &str) -> Cluster {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .expect("PostgreSQL binaries under /usr/lib/postgresql")
-            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-            .filter(|b| b.join("initdb").exists())
-            .max()
-            .expect("a PostgreSQL version with initdb");
-        let dir = tempfile::tempdir().unwrap();
-        let as_postgres = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-        if as_postgres {
-            let ok = Command::new("chown")
-                .arg("postgres")
-                .arg(dir.path())
-                .status()
-                .unwrap();
-            assert!(ok.success());
-        }
+        let bin = crate::common::pg::bin_with("initdb");
+        let (dir, as_postgres) = crate::common::pg::cluster_dir();
         let c = Cluster {
             dir,
             bin,
