@@ -178,18 +178,20 @@ impl Page {
                 .collect::<Vec<_>>()
                 .join("__")
         );
+        let meaning = match property.get("description").and_then(Value::as_str) {
+            Some(text) => cell(text),
+            None if path.last().is_some_and(|k| k == "kind") => {
+                "Picks the backend; the keys it reads follow.".to_string()
+            }
+            None => String::new(),
+        };
         format!(
             "| `{}` | {} | {} | {} | {} |\n",
             path.join("."),
             self.type_of(property),
             default,
             env,
-            cell(
-                property
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-            )
+            meaning
         )
     }
 

@@ -15,10 +15,13 @@ use crate::settings::Problems;
 pub struct RetryConfig {
     #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
+    /// The first retry's backoff (full jitter: a random wait up to it).
     pub min_delay: Duration,
     #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
+    /// The longest backoff between retries.
     pub max_delay: Duration,
+    /// Each retry's backoff is the previous one's times this, up to `max_delay`.
     pub factor: f64,
     /// Attempts at a record before it is dead-lettered with the last error.
     pub max_attempts: u32,

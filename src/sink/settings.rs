@@ -38,6 +38,8 @@ pub enum SinkKind {
 /// The `[sink]` table.
 #[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 pub struct SinkSettings {
+    /// Where the sink is: `sqlite://…`, `postgres://…`, `mysql://…`, `http(s)://…`
+    /// (http, elasticsearch); or `url_file`, or several `urls`.
     #[serde(default)]
     pub url: String,
     /// A file holding `url`, so a password stays out of the config file and `ps`.
@@ -51,6 +53,7 @@ pub struct SinkSettings {
     /// Endpoints found while running: `dns+http://` entries of `urls`, a file of URLs.
     #[serde(default)]
     pub discovery: DiscoveryConfig,
+    /// The table rows go to (created if missing, unless mapped by `[sink.columns]`).
     #[serde(default = "default_table")]
     pub table: String,
     /// JSON pointer to the record key, or `"@key"` for the Kafka message key; absent

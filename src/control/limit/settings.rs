@@ -28,6 +28,8 @@ pub enum ConcurrencyAlgorithm {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConcurrencyConfig {
+    /// How the batches in flight are limited: `fixed` at `max`, or adapted to the write
+    /// latency (`aimd`, `vegas`, `gradient2`).
     pub algorithm: ConcurrencyAlgorithm,
     /// Most batches in flight at once (the limit itself with `fixed`).
     pub max: usize,
@@ -44,8 +46,9 @@ pub struct ConcurrencyConfig {
     pub percentile: f64,
     /// aimd: samples per judgement (at least `2 / (1 − percentile)`: 40 at p95).
     pub window: usize,
-    /// aimd: added while under target and used; multiplied by on a miss or a drop.
+    /// aimd: added to the limit while the latency is under target and the limit is used.
     pub increase: f64,
+    /// aimd: the limit is multiplied by this when the target is missed or a write is dropped.
     pub backoff_ratio: f64,
     /// vegas, gradient2: share of a new estimate taken each time (1.0 = all).
     pub smoothing: f64,
