@@ -12,7 +12,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use governor::clock::{Clock, FakeRelativeClock};
 use sluice::config::{
-    Backoffs, ConcurrencyAlgorithm, ConcurrencyConfig, RateConfig, RetryConfig, ThrottleConfig,
+    Backoffs, ConcurrencyAlgorithm, ConcurrencyConfig, RateConfig, RetryConfig,
+    ThrottleConfig,
 };
 use sluice::control::cadence::Cadence;
 use sluice::control::target_rate::TargetRate;

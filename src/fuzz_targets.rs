@@ -2,7 +2,7 @@
 //! answer's headers, an ingest API's or `_bulk`'s answer, a record, an input file, a
 //! checkpoint) the way the worker does, and checks what must hold whatever the bytes. No
 //! input may panic, hang or allocate without bound. `fuzz/fuzz_targets/*.rs` hand them to
-//! libFuzzer (`cargo fuzz run <target>`), and `tests/fuzz_corpora.rs` runs the same bodies
+//! libFuzzer (`cargo fuzz run <target>`), and `tests/it/fuzz_corpora.rs` runs the same bodies
 //! over the committed corpora and over generated inputs in the ordinary test run.
 
 use std::time::{Duration, SystemTime};

@@ -32,6 +32,7 @@
 //! - [`lock`]: a mutex that stays usable after a holder panicked.
 //! - [`atomic_f64`]: an `f64` shared by tasks without a lock.
 //! - `fuzz_targets`: the bodies of the fuzz targets (hidden from the docs).
+//! - `testing`: helpers the unit tests share (tests only).
 
 pub(crate) mod atomic_f64;
 pub(crate) mod check;
@@ -58,5 +59,7 @@ pub mod sink;
 pub mod source;
 pub mod stats;
 pub mod telemetry;
+#[cfg(test)]
+mod testing;
 pub mod tls;
 pub mod write;

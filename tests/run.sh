@@ -11,6 +11,6 @@ cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 wait "$tools"
 # The book: a page missing from docs/SUMMARY.md or a broken build fails here; links and
-# the generated reference are checked by tests/docs.rs.
+# the generated reference are checked by tests/it/docs.rs.
 .venv/bin/mdbook build docs
-cargo test --no-fail-fast -- --test-threads="${SLUICE_TEST_THREADS:-2}"
+cargo test --no-fail-fast -- --test-threads="${SLUICE_TEST_THREADS:-4}"

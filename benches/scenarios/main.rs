@@ -15,6 +15,9 @@
 //! (case-insensitive), and no scenarios: one path's row without the ten minutes.
 
 mod ceilings;
+/// The integration tests' helpers, which `ceilings` reaches through `kafka_pg_support`.
+#[path = "../../tests/it/common/mod.rs"]
+mod common;
 mod limit;
 mod plot;
 mod process;
@@ -289,7 +292,7 @@ async fn outage_runs(strategies: &[Strategy], input: &Path, setup: Setup) -> Vec
 /// everything in time in every unit (checked per run: every record once), every plot has
 /// a panel per strategy; against the records-limited sink the retry storm is visible and
 /// sluice is not part of it. The other units assert nothing about sluice's figures: what
-/// it achieves there is the controller's business, measured by tests/sink_limit.rs.
+/// it achieves there is the controller's business, measured by tests/it/sink_limit.rs.
 fn check_smoke(drains: &[Run], outages: &[Run], plots: &[PathBuf]) {
     for run in drains.iter().chain(outages) {
         assert!(

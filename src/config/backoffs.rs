@@ -45,9 +45,7 @@ impl Backoffs {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     #[test]
     fn each_backoff_reads_its_keys() {

@@ -179,9 +179,7 @@ impl ItemRefusals {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     /// Answers of `items` each every 20 ms from `from` for `span`, refusing `share` of
     /// them, at `rate`; the verdicts of the refusals.

@@ -1,5 +1,5 @@
 //! Control logic: deterministic state machines that take the time as an argument or from
-//! an injected clock, and read none themselves (`tests/module_structure.rs` checks it), so
+//! an injected clock, and read none themselves (`tests/it/module_structure.rs` checks it), so
 //! each is tested without sleeping. What waits or reads the clock is in `write/` and
 //! `pipeline/`.
 

@@ -83,9 +83,7 @@ impl PeakUsage {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     #[test]
     fn nothing_to_tell_before_one_span() {

@@ -100,9 +100,7 @@ impl RetryBudget {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)

@@ -257,9 +257,7 @@ impl Taken {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     #[test]
     fn the_rate_over_the_last_second() {

@@ -149,9 +149,7 @@ mod tests {
 
     const TICK: Duration = Duration::from_millis(200);
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     fn throttle() -> Throttle {
         Throttle::new(ThrottleParams {

@@ -129,9 +129,7 @@ impl Capacity {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     #[test]
     fn full_at_start_then_capacity_per_second() {

@@ -112,9 +112,7 @@ mod tests {
     use super::*;
     use crate::sim_sink::LedgerWindow;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     #[test]
     fn steady_part_in_each_unit() {

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use super::backpressure::Backpressure;
 use super::delivery::Delivery;
 use super::limit_gate::LimitGate;
-use crate::config::{Backoffs, ConcurrencyConfig, Config, RateConfig, RetryConfig, ThrottleConfig};
+use crate::config::{
+    Backoffs, ConcurrencyConfig, Config, RateConfig, RetryConfig, ThrottleConfig,
+};
 use crate::control::limit::ConcurrencyLimit;
 use crate::sink::Sink;
 use crate::stats::Stats;

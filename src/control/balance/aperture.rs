@@ -106,9 +106,7 @@ impl LoadBand {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     fn band(min: usize, max: Option<usize>) -> (LoadBand, Instant) {
         let now = Instant::now();

@@ -55,9 +55,7 @@ impl PeakEwma {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     #[test]
     fn rises_at_once_and_decays_with_the_configured_time() {

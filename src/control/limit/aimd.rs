@@ -210,9 +210,7 @@ impl ConcurrencyLimit for AimdLimit {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     fn sample(rtt: u64, inflight: usize) -> Sample {
         Sample {

@@ -268,9 +268,7 @@ impl ConcurrencyLimit for VegasLimit {
 mod tests {
     use super::*;
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::testing::ms;
 
     fn sample(rtt: u64, inflight: usize) -> Sample {
         Sample {

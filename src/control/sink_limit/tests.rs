@@ -15,9 +15,7 @@ use crate::sim_sink::capacity::Capacity;
 
 const WINDOW: Duration = Duration::from_millis(200);
 
-pub(super) fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+pub(super) use crate::testing::ms;
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)

@@ -3,9 +3,7 @@ use crate::control::limit::fixed::FixedLimit;
 use crate::lock::lock;
 use std::sync::Arc;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use crate::testing::ms;
 
 /// `n` writes answered in `rtt`, just now.
 fn lately(n: usize, rtt: Duration) -> Vec<(Duration, Duration)> {

@@ -1,8 +1,6 @@
 use super::*;
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
+use crate::testing::ms;
 
 fn balancer(strategy: Strategy, zone: Option<&str>, zones: &[Option<&str>]) -> (Balancer, Instant) {
     let now = Instant::now();

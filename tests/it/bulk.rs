@@ -1,0 +1,418 @@
+//! Sinks that take part of a batch: the real `sluice run` binary against `sim-sink --bulk`
+//! (Elasticsearch `_bulk` answers: 429 items when the write queue is full, 400 items for a
+//! mapping error) and against tiny in-test servers answering as Kinesis PutRecords and
+//! DynamoDB BatchWriteItem do. Every record must land once, none acknowledged that the sink
+//! refused, and only refused records go again.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sluice::sim_sink::{SimSink, SimSinkConfig};
+
+/// No run may take longer than this, however loaded the machine.
+const RUN_LIMIT: Duration = Duration::from_secs(180);
+
+struct Run {
+    code: Option<i32>,
+    summary: Value,
+    stderr: String,
+}
+
+fn command(config: &Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.args(["run", "--until-empty", "--summary", "json", "--config"])
+        .arg(config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("SLUICE_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
+async fn run_sluice(config: &Path) -> Run {
+    let output = tokio::time::timeout(RUN_LIMIT, command(config).output())
+        .await
+        .expect("sluice run finished in time")
+        .expect("sluice run started");
+    Run {
+        code: output.status.code(),
+        summary: serde_json::from_str(String::from_utf8_lossy(&output.stdout).trim())
+            .unwrap_or(Value::Null),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn count(run: &Run, field: &str) -> u64 {
+    run.summary[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("summary has no {field}: {}\n{}", run.summary, run.stderr))
+}
+
+/// `n` records keyed `/id` = "k0".."k{n-1}"; those at `unmapped` carry a field the emulated
+/// mapping refuses (`bad` for the in-test servers).
+fn write_input(dir: &Path, n: usize, unmapped: &[usize], field: &str) -> PathBuf {
+    let path = dir.join("in.ndjson");
+    let mut text = String::new();
+    for i in 0..n {
+        let mut record =
+            json!({"id": format!("k{i}"), "amount": i * 3, "note": "0123456789abcdef"});
+        if unmapped.contains(&i) {
+            record[field] = json!("not a number");
+        }
+        text.push_str(&record.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn write_config(dir: &Path, input: &Path, sink: &str, rate: u32) -> PathBuf {
+    write_config_ticking(dir, input, sink, rate, "200ms")
+}
+
+fn write_config_ticking(dir: &Path, input: &Path, sink: &str, rate: u32, tick: &str) -> PathBuf {
+    let path = dir.join("sluice.toml");
+    let dead = dir.join("dead.ndjson");
+    let text = format!(
+        "[source]\nkind = \"file\"\npath = {input:?}\n\n[sink]\nkey = \"/id\"\ntimeout = \"10s\"\n{sink}\n\n\
+         [sink.dead_letters]\npath = {dead:?}\n\n[rate]\nrecords_per_second = {rate}\ntick = \"{tick}\"\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Keys and reasons of the dead letters.
+fn dead_letters(dir: &Path) -> Vec<(String, String)> {
+    let Ok(text) = std::fs::read_to_string(dir.join("dead.ndjson")) else {
+        return Vec::new();
+    };
+    text.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["key"].as_str().unwrap().to_string(),
+                v["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn keys_except(n: usize, except: &[usize]) -> Vec<String> {
+    let mut keys: Vec<String> = (0..n)
+        .filter(|i| !except.contains(i))
+        .map(|i| format!("k{i}"))
+        .collect();
+    keys.sort();
+    keys
+}
+
+async fn bulk_sim(capacity: f64, queue: u32) -> SimSink {
+    let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), capacity);
+    config.bulk = true;
+    config.burst = queue;
+    config.reject_field = Some("price".into());
+    SimSink::start(config).await.unwrap()
+}
+
+fn elasticsearch(url: &str) -> String {
+    format!(
+        "kind = \"elasticsearch\"\nurl = \"{url}\"\nmax_batch = 200\n\n[sink.elasticsearch]\nindex = \"orders\"\nop = \"create\""
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_times_the_write_queue_every_document_once_only_refused_items_again() {
+    four_times_the_write_queue(2000, "200ms", None).await;
+}
+
+/// The issue's bound on what overload costs: records sent / delivered ≤ 1.10, at a fine
+/// cadence (measured 1.001-1.011). At 200 ms ticks a tick's 800 records go as four
+/// requests of 200 at once into a queue of 200: the first tick alone costs ~570 refused
+/// items, 9.5% of 6,000, before any answer can tell; measured 1.13-1.17 in all (1.26-1.35
+/// and 14-30 s before refused items were resent in turn at the planned rate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_times_the_write_queue_costs_at_most_ten_percent_more_sends() {
+    four_times_the_write_queue(6000, "20ms", Some(1.10)).await;
+}
+
+/// At the default 200 ms tick: the first tick's cost, and little after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_times_the_write_queue_at_coarse_ticks_costs_the_first_tick_and_little_more() {
+    four_times_the_write_queue(6000, "200ms", Some(1.30)).await;
+}
+
+/// `n` documents at 4,000/s into a queue of 200 drained at 1,000/s, one in 97 refused by
+/// the mapping, at `tick`; `bound`: the most records sent / delivered may be.
+async fn four_times_the_write_queue(n: usize, tick: &str, bound: Option<f64>) {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = bulk_sim(1000.0, 200).await;
+    let unmapped: Vec<usize> = (0..n).filter(|i| i % 97 == 13).collect();
+    let input = write_input(dir.path(), n, &unmapped, "price");
+    let sink = elasticsearch(&sim.base_url());
+    let config = write_config_ticking(dir.path(), &input, &sink, 4000, tick);
+    let run = run_sluice(&config).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let good = (n - unmapped.len()) as u64;
+    assert_eq!(count(&run, "written"), good, "{}", run.summary);
+    assert_eq!(count(&run, "dead_lettered"), unmapped.len() as u64);
+    assert_eq!(count(&run, "duplicates"), 0);
+    assert!(
+        count(&run, "throttled_records") > 0,
+        "the scenario must refuse items: {}",
+        run.summary
+    );
+
+    let stats = sim.stop().await.unwrap();
+    assert_eq!(stats.inserted, good, "every document stored");
+    assert_eq!(stats.duplicates, 0, "none sent again after it was taken");
+    assert_eq!(
+        stats.unmapped,
+        unmapped.len() as u64,
+        "each unmapped one sent once"
+    );
+    let dead = dead_letters(dir.path());
+    let dead_keys: BTreeSet<&str> = dead.iter().map(|(k, _)| k.as_str()).collect();
+    let expected: BTreeSet<String> = unmapped.iter().map(|i| format!("k{i}")).collect();
+    assert_eq!(
+        dead_keys,
+        expected.iter().map(String::as_str).collect(),
+        "mapping errors dead-lettered"
+    );
+    assert!(
+        dead.iter().all(|(_, r)| r
+            .starts_with("HTTP 400 mapper_parsing_exception: failed to parse field [price]")),
+        "{dead:?}"
+    );
+    let ratio = stats.records_received as f64 / (stats.inserted + stats.unmapped) as f64;
+    eprintln!(
+        "bulk at 4x: sent/delivered {ratio:.3} ({} sent, {} refused in {} requests of {}), {} s",
+        stats.records_received,
+        stats.rejected_records,
+        stats.rejected,
+        stats.requests,
+        run.summary["elapsed_s"]
+    );
+    if let Some(bound) = bound {
+        assert!(ratio <= bound, "records sent / delivered = {ratio:.3}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_run_and_run_again_every_document_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = bulk_sim(1500.0, 300).await;
+    let n = 4000;
+    let input = write_input(dir.path(), n, &[], "price");
+    let config = write_config(dir.path(), &input, &elasticsearch(&sim.base_url()), 3000);
+    let mut child = command(&config).spawn().unwrap();
+    let started = std::time::Instant::now();
+    while sim.stats().inserted < 1000 {
+        assert!(started.elapsed() < RUN_LIMIT, "no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().await.unwrap(); // SIGKILL: no checkpoint written on the way out
+    let stored_at_kill = sim.stats().inserted;
+    assert!(stored_at_kill < n as u64, "killed mid-run");
+
+    let run = run_sluice(&config).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let written = count(&run, "written");
+    let duplicates = count(&run, "duplicates");
+    let stats = sim.stop().await.unwrap();
+    assert_eq!(stats.inserted, n as u64, "every key stored");
+    assert_eq!(stats.inserted, keys_except(n, &[]).len() as u64);
+    // The rerun wrote the rest; what the first run stored past its checkpoint came back
+    // as 409s on `create`, counted as duplicates, never as a second document.
+    assert_eq!(written + stored_at_kill, n as u64, "{}", run.summary);
+    assert_eq!(duplicates, stats.duplicates, "{}", run.summary);
+    eprintln!(
+        "killed at {stored_at_kill} stored; the rerun wrote {written}, {duplicates} duplicates"
+    );
+}
+
+/// What an in-test ingest API stored: each key with the times it was stored.
+type Stored = Arc<Mutex<HashMap<String, u32>>>;
+
+/// Serves `POST /` with sluice's envelope array; takes the first `room` records of each
+/// request that lack a `bad` field, and answers with `answer(outcomes)`, where each
+/// outcome is (key, "ok" | "throttled" | "bad").
+async fn partial_server(
+    room: usize,
+    answer: fn(&[(String, &'static str)]) -> Value,
+) -> (String, Stored, tokio::task::JoinHandle<()>) {
+    let stored: Stored = Arc::default();
+    let state = stored.clone();
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(move |axum::Json(batch): axum::Json<Vec<Value>>| {
+            let stored = state.clone();
+            async move {
+                let mut taken = 0;
+                let outcomes: Vec<(String, &'static str)> = batch
+                    .iter()
+                    .map(|e| {
+                        let key = e["key"].as_str().unwrap().to_string();
+                        if e["record"].get("bad").is_some() {
+                            (key, "bad")
+                        } else if taken < room {
+                            taken += 1;
+                            *stored.lock().unwrap().entry(key.clone()).or_default() += 1;
+                            (key, "ok")
+                        } else {
+                            (key, "throttled")
+                        }
+                    })
+                    .collect();
+                axum::Json(answer(&outcomes))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (url, stored, task)
+}
+
+fn kinesis(outcomes: &[(String, &'static str)]) -> Value {
+    let records: Vec<Value> = outcomes
+        .iter()
+        .enumerate()
+        .map(|(i, (_, o))| match *o {
+            "ok" => json!({"SequenceNumber": format!("4954346307654800757710509270303956035997522851839501{i:04}"), "ShardId": "shardId-000000000000"}),
+            "throttled" => json!({"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "Rate exceeded for shard shardId-000000000000 in stream orders under account 111111111111."}),
+            _ => json!({"ErrorCode": "ValidationException", "ErrorMessage": "record has a bad field"}),
+        })
+        .collect();
+    let failed = outcomes.iter().filter(|(_, o)| *o != "ok").count();
+    json!({"FailedRecordCount": failed, "Records": records})
+}
+
+fn dynamodb(outcomes: &[(String, &'static str)]) -> Value {
+    // BatchWriteItem lists the requests it did not process; a bad item it would refuse
+    // whole (ValidationException), which this test leaves to the Kinesis case.
+    let unprocessed: Vec<Value> = outcomes
+        .iter()
+        .filter(|(_, o)| *o != "ok")
+        .map(|(k, _)| json!({"PutRequest": {"Item": {"id": {"S": k}}}}))
+        .collect();
+    if unprocessed.is_empty() {
+        json!({"UnprocessedItems": {}})
+    } else {
+        json!({"UnprocessedItems": {"Orders": unprocessed}})
+    }
+}
+
+async fn partial_case(
+    answer: fn(&[(String, &'static str)]) -> Value,
+    contract: &str,
+    bad: &[usize],
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, stored, server) = partial_server(30, answer).await;
+    let n = 1000;
+    let input = write_input(dir.path(), n, bad, "bad");
+    let sink =
+        format!("kind = \"http\"\nurl = \"{url}\"\nmax_batch = 100\n\n[sink.response]\n{contract}");
+    let config = write_config(dir.path(), &input, &sink, 2000);
+    let run = run_sluice(&config).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let stored = stored.lock().unwrap().clone();
+    let mut keys: Vec<String> = stored.keys().cloned().collect();
+    keys.sort();
+    assert_eq!(keys, keys_except(n, bad), "every good record stored");
+    assert!(stored.values().all(|t| *t == 1), "none stored twice");
+    assert_eq!(count(&run, "written"), (n - bad.len()) as u64);
+    assert!(count(&run, "throttled_records") > 0, "{}", run.summary);
+    let dead: BTreeSet<String> = dead_letters(dir.path())
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(dead, bad.iter().map(|i| format!("k{i}")).collect());
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinesis_style_error_codes_retry_only_the_throttled_records() {
+    partial_case(
+        kinesis,
+        "results = \"/Records\"\nstatus = \"/ErrorCode\"\nmessage = \"/ErrorMessage\"\n\
+         throttled = [\"ProvisionedThroughputExceededException\"]\npermanent = [\"ValidationException\"]",
+        &[5, 250, 999],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_style_unprocessed_items_are_sent_again_alone() {
+    partial_case(
+        dynamodb,
+        "results = \"/UnprocessedItems/Orders\"\nid = \"/PutRequest/Item/id/S\"\nabsent = \"throttled\"",
+        &[],
+    )
+    .await;
+}
+
+/// Drains `n` documents at 5,000/s into a cluster with room for all that refuses `share`
+/// of them at random; documents per second and items sent per document.
+async fn refused_at_random(share: f64, n: usize) -> (f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0);
+    config.bulk = true;
+    config.burst = 1_000_000;
+    config.refuse_share = share;
+    let sim = SimSink::start(config).await.unwrap();
+    let input = write_input(dir.path(), n, &[], "price");
+    let sink = format!(
+        "kind = \"elasticsearch\"\nurl = \"{}\"\n\n[sink.elasticsearch]\nindex = \"orders\"",
+        sim.base_url()
+    );
+    let config = write_config(dir.path(), &input, &sink, 5000);
+    let run = run_sluice(&config).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(count(&run, "written"), n as u64, "{}", run.summary);
+    let stats = sim.stop().await.unwrap();
+    assert_eq!(stats.inserted, n as u64);
+    let elapsed = run.summary["elapsed_s"].as_f64().unwrap();
+    let items = stats.records_received as f64 / n as f64;
+    eprintln!(
+        "{:.0}% refused at random: {n} documents in {elapsed:.2} s ({:.0}/s), {items:.3} items sent per document",
+        share * 100.0,
+        n as f64 / elapsed
+    );
+    (n as f64 / elapsed, items)
+}
+
+/// A cluster refusing a share of documents whatever the rate (one busy node among idle
+/// ones): the refused ones are resent, and the rate is not drained for them. Each answer
+/// that refused anything was a full throttle: at 1%, 2,073 documents/s where 4,153 went
+/// with none refused; at 20%, 159/s; at 50%, 3/s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_refused_at_random_are_resent_without_draining_the_rate() {
+    let (none, _) = refused_at_random(0.0, 5000).await;
+    let (few, few_items) = refused_at_random(0.01, 5000).await;
+    let (fifth, fifth_items) = refused_at_random(0.2, 10_000).await;
+    assert!(few >= 0.85 * none, "1%: {few:.0}/s against {none:.0}/s");
+    // Drained, 20% ran at 4% of the unrefused rate; resent, at 37–60% (the low end with
+    // other tests running beside it): a quarter tells the two apart on a busy machine.
+    assert!(fifth >= 0.25 * none, "20%: {fifth:.0}/s against {none:.0}/s");
+    assert!(few_items < 1.03, "{few_items}");
+    assert!(fifth_items < 1.3, "{fifth_items}");
+}
+
+/// Refusing most documents is no share the worker keeps sending into: it backs off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_refusing_most_documents_is_backed_off() {
+    let (none, _) = refused_at_random(0.0, 2000).await;
+    let (most, _) = refused_at_random(0.8, 200).await;
+    assert!(most <= 0.25 * none, "80%: {most:.0}/s against {none:.0}/s");
+}

@@ -1,0 +1,122 @@
+//! The canary probe against the real PostgreSQL and MariaDB: `sluice plan` measures its
+//! baseline over one window and resolves a relative target; a run with `rate = "auto"`
+//! measures the baseline before its first write, steers by the target and says what
+//! bounded it; and the canary's query runs READ ONLY whatever it says.
+
+use crate::common;
+
+use std::path::Path;
+
+use common::pg::*;
+use common::*;
+
+fn mysql_url() -> String {
+    std::env::var("SLUICE_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://sluice:sluice@127.0.0.1:3306/sluice_test".into())
+}
+
+/// A file (`records` lines) → PostgreSQL config at `db` with this canary probe.
+fn config(dir: &Path, db: &Db, rate: &str, records: usize, probe: &str) {
+    write_records(&dir.join("in.ndjson"), records, &[]);
+    std::fs::write(
+        dir.join("sluice.toml"),
+        format!(
+            "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n\
+             [sink]\nkind = \"postgres\"\nurl = {:?}\ntable = \"records\"\nkey = \"/id\"\n\n\
+             [rate]\nrecords_per_second = {rate}\n\n\
+             [[health.probe]]\nbuiltin = \"canary\"\n{probe}\n",
+            db.url
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn plan_measures_the_baseline_and_resolves_a_relative_target() {
+    let db = Db::create("canary_plan");
+    let dir = tempfile::tempdir().unwrap();
+    for url in [db.url.clone(), mysql_url()] {
+        config(
+            dir.path(),
+            &db,
+            "\"auto\"",
+            10,
+            &format!("url = {url:?}\ntarget = \"2x\"\nwindow = \"600ms\""),
+        );
+        let out = run_in(dir.path(), &["plan", "-c", "sluice.toml", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let canary = &plan["health"][0];
+        let baseline = canary["baseline"].as_f64().expect("a baseline");
+        assert!(baseline > 0.0 && baseline < 1.0, "{canary}");
+        assert_eq!(canary["target"].as_f64(), Some(2.0 * baseline), "{canary}");
+        assert_eq!(canary["baseline_age_s"], 0.0);
+        assert_eq!(canary["holds"], false, "{canary}");
+        assert!(plan["worker_rate"].is_null(), "no ceiling of ours: {plan}");
+        let text = run_in(dir.path(), &["plan", "-c", "sluice.toml"]);
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains("measured now"), "{text}");
+    }
+}
+
+#[test]
+fn an_auto_run_measures_the_baseline_before_writing_and_says_what_bounded_it() {
+    let db = Db::create("canary_run");
+    let dir = tempfile::tempdir().unwrap();
+    config(
+        dir.path(),
+        &db,
+        "\"auto\"",
+        2_000,
+        "target = \"2x\"\nwindow = \"1s\"",
+    );
+    let out = sluice()
+        .current_dir(dir.path())
+        .args(DRAIN)
+        .env("SLUICE_LOG", "info")
+        .output()
+        .unwrap();
+    let log = stderr(&out);
+    assert!(out.status.success(), "{log}");
+    let s = summary(&out);
+    assert_eq!(s["written"], 2_000, "{s}");
+    assert_eq!(db.count("SELECT count(*) FROM records"), 2_000);
+    // The baseline first, then the first write.
+    let baseline = log.find("baseline p90 =").expect(&log);
+    assert!(
+        log[baseline..].contains("the rate is steered to keep it under"),
+        "{log}"
+    );
+    let bounds: Vec<&str> = s["bounded_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["by"].as_str().unwrap())
+        .collect();
+    assert!(
+        bounds.contains(&"canary (held)"),
+        "the baseline's window: {s}"
+    );
+    assert!(!bounds.contains(&"rate.records_per_second"), "{s}");
+}
+
+#[test]
+fn a_canary_changes_nothing_whatever_its_query_says() {
+    let db = Db::create("canary_ro");
+    let dir = tempfile::tempdir().unwrap();
+    config(
+        dir.path(),
+        &db,
+        "100",
+        10,
+        "query = \"CREATE TABLE canary_wrote (x int)\"\nmax = \"1s\"",
+    );
+    let out = run_in(dir.path(), &["check", "-c", "sluice.toml"]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("read-only"), "{text}");
+    assert_eq!(
+        db.count("SELECT count(*) FROM pg_tables WHERE tablename = 'canary_wrote'"),
+        0
+    );
+}
