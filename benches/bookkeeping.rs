@@ -12,8 +12,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use governor::clock::{Clock, FakeRelativeClock};
 use sluice::config::{
-    Backoffs, ConcurrencyAlgorithm, ConcurrencyConfig, RateConfig, RetryConfig,
-    ThrottleConfig,
+    Backoffs, ConcurrencyAlgorithm, ConcurrencySettings, RateSettings, RetrySettings,
+    ThrottleSettings,
 };
 use sluice::control::cadence::Cadence;
 use sluice::control::target_rate::TargetRate;
@@ -52,11 +52,11 @@ struct Worker {
 
 impl Worker {
     fn new(rate: f64, algorithm: ConcurrencyAlgorithm) -> Self {
-        let concurrency = ConcurrencyConfig {
+        let concurrency = ConcurrencySettings {
             algorithm,
-            ..ConcurrencyConfig::default()
+            ..ConcurrencySettings::default()
         };
-        let rate_config = RateConfig {
+        let rate_config = RateSettings {
             records_per_second: sluice::config::RecordsPerSecond::Fixed(rate),
             tick: TICK,
         };
@@ -64,10 +64,10 @@ impl Worker {
         let clock = FakeRelativeClock::default();
         let cadence = Cadence::new(rate, TICK, clock.clone());
         let pressure = Backpressure::new(
-            &ThrottleConfig::default(),
-            &RetryConfig::default(),
+            &ThrottleSettings::default(),
+            &RetrySettings::default(),
             &rate_config,
-            Backoffs::new(&RetryConfig::default(), &ThrottleConfig::default()).outage,
+            Backoffs::new(&RetrySettings::default(), &ThrottleSettings::default()).outage,
             stats.clone(),
         );
         pressure.set_ceiling(cadence.rate());

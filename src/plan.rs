@@ -52,7 +52,7 @@ pub struct ProbeReport {
 impl ProbeReport {
     /// Runs `probe` once and judges its reading as a worker would.
     pub async fn read(
-        probe: &crate::health::settings::ProbeConfig,
+        probe: &crate::health::settings::ProbeSettings,
         config: &Config,
     ) -> ProbeReport {
         use crate::control::health::{ProbeGate, ProbeLimits, ProbeState, Reading};

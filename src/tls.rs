@@ -16,7 +16,7 @@ use crate::settings::ConfigError;
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct TlsConfig {
+pub struct TlsSettings {
     /// PEM file of the CA certificates that may sign the server's certificate; when set,
     /// only these are trusted (the system's roots are not).
     pub ca_file: Option<PathBuf>,
@@ -51,7 +51,7 @@ pub const SOURCE_KEYS: TlsKeys = TlsKeys {
     insecure_skip_verify: "source.tls.insecure_skip_verify",
 };
 
-impl TlsConfig {
+impl TlsSettings {
     /// Every file is read and parsed now, so a wrong path or a key in the certificate's
     /// place exits 2 naming the key rather than failing at the first connection.
     pub fn validate(&self, keys: &TlsKeys) -> Result<(), ConfigError> {
@@ -235,7 +235,7 @@ mod tests {
     fn files_are_checked_and_named() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope.pem");
-        let tls = TlsConfig {
+        let tls = TlsSettings {
             ca_file: Some(missing.clone()),
             ..Default::default()
         };
@@ -246,7 +246,7 @@ mod tests {
         );
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "not pem").unwrap();
-        let tls = TlsConfig {
+        let tls = TlsSettings {
             ca_file: Some(empty.clone()),
             ..Default::default()
         };
@@ -255,7 +255,7 @@ mod tests {
             e.contains("source.tls.ca_file") && e.contains("no PEM"),
             "{e}"
         );
-        let tls = TlsConfig {
+        let tls = TlsSettings {
             cert_file: Some(empty),
             ..Default::default()
         };

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use limit::Limit;
 use scenario::{Run, Setup};
-use sluice::sim_sink::{SimSink, SimSinkConfig};
+use sluice::sim_sink::{SimSink, SimSinkSettings};
 use strategy::Strategy;
 
 struct Mode {
@@ -244,7 +244,7 @@ async fn scenarios(mode: &Mode, dir: &Path) -> Vec<Scenario> {
 /// Body bytes per record of sluice's envelope for `input`: a drain at full speed into an
 /// emulator that limits nothing.
 async fn sluice_bytes_per_record(input: &Path) -> f64 {
-    let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1e9);
+    let mut config = SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), 1e9);
     config.burst = u32::MAX;
     let sim = SimSink::start(config).await.expect("the emulator starts");
     let dir = tempfile::tempdir().unwrap();

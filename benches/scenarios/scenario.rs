@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use sluice::sim_sink::{OutageMode, SimSink, SimSinkConfig, SimStats};
+use sluice::sim_sink::{OutageMode, SimSink, SimSinkSettings, SimStats};
 
 use crate::limit::Limit;
 use crate::process::run_measured_within;
@@ -55,7 +55,7 @@ pub struct Run {
 /// as the sink's keys go when it finished.
 pub async fn run(strategy: Strategy, input: &Path, setup: Setup) -> Run {
     let listen = "127.0.0.1:0".parse().unwrap();
-    let mut config = SimSinkConfig::new(listen, setup.limit.capacity);
+    let mut config = SimSinkSettings::new(listen, setup.limit.capacity);
     config.unit = setup.limit.unit;
     let sim = SimSink::start(config).await.expect("the emulator starts");
     let dir = tempfile::tempdir().unwrap();

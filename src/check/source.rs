@@ -58,7 +58,7 @@ pub(super) async fn probes(source: &SourceSettings, timeout: Duration) -> Vec<Pr
 
 async fn amqp(
     url: &str,
-    tls: Option<&crate::tls::TlsConfig>,
+    tls: Option<&crate::tls::TlsSettings>,
     queue: &str,
     declare: bool,
 ) -> Result<String, String> {

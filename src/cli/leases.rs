@@ -6,7 +6,7 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 
 use super::{ConfigArgs, EXIT_CONFIG, EXIT_RUNTIME, ReportArgs, load};
-use crate::config::{LeasesConfig, Overrides};
+use crate::config::{LeasesSettings, Overrides};
 use crate::control::lease_table::{LeaseTable, PoolDefinition, WorkerLimits};
 use crate::lease::keeper::{Joining, LeaseKeeper};
 use crate::lease::postgres::PgLeaseStore;
@@ -55,7 +55,7 @@ pub(super) async fn command(args: LeasesArgs) -> u8 {
 /// The lease store; `read_only` (inspection commands) creates no table: a pool whose
 /// tables do not exist yet reads as empty.
 pub(super) async fn lease_store(
-    l: &LeasesConfig,
+    l: &LeasesSettings,
     read_only: bool,
 ) -> Result<Arc<dyn LeaseStore>, LeaseError> {
     if l.by_assignment() {
@@ -84,7 +84,7 @@ pub(super) struct StartingPool {
 /// definition (storing it if the pool has none): exit 2 if they differ, or if the store
 /// refuses this worker for good (credentials, database, privilege). A busy or unreachable
 /// store is an outage: the worker starts without leases and joins when it answers.
-pub(super) async fn join_pool(l: &LeasesConfig) -> Result<StartingPool, u8> {
+pub(super) async fn join_pool(l: &LeasesSettings) -> Result<StartingPool, u8> {
     let store = lease_store(l, false).await.map_err(|e| {
         say!("sluice: {e}");
         EXIT_CONFIG
@@ -142,7 +142,7 @@ pub(super) struct KeeperSettings {
 }
 
 pub(super) fn lease_keeper(
-    l: &LeasesConfig,
+    l: &LeasesSettings,
     pool: StartingPool,
     settings: KeeperSettings,
     rate: crate::control::target_rate::TargetRate,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::control::backoff::Backoff;
 
-use super::{RetryConfig, ThrottleConfig};
+use super::{RetrySettings, ThrottleSettings};
 
 /// An AMQP connection lost is tried again at most this far apart, whatever
 /// `retry.max_delay` says: a broker back from a restart should not wait minutes for us.
@@ -24,7 +24,7 @@ pub struct Backoffs {
 }
 
 impl Backoffs {
-    pub fn new(retry: &RetryConfig, throttle: &ThrottleConfig) -> Self {
+    pub fn new(retry: &RetrySettings, throttle: &ThrottleSettings) -> Self {
         Backoffs {
             retry: Backoff::new(retry.min_delay, retry.max_delay, retry.factor),
             outage: Backoff::new(
@@ -49,15 +49,15 @@ mod tests {
 
     #[test]
     fn each_backoff_reads_its_keys() {
-        let retry = RetryConfig {
+        let retry = RetrySettings {
             min_delay: ms(50),
             max_delay: Duration::from_secs(60),
             factor: 3.0,
-            ..RetryConfig::default()
+            ..RetrySettings::default()
         };
-        let throttle = ThrottleConfig {
+        let throttle = ThrottleSettings {
             max_pause: ms(800),
-            ..ThrottleConfig::default()
+            ..ThrottleSettings::default()
         };
         let b = Backoffs::new(&retry, &throttle);
         assert_eq!(b.retry.ceiling(1), ms(50));
@@ -70,12 +70,12 @@ mod tests {
 
     #[test]
     fn an_outage_never_waits_past_max_pause_even_when_retries_start_later() {
-        let retry = RetryConfig {
+        let retry = RetrySettings {
             min_delay: Duration::from_secs(2),
             max_delay: Duration::from_secs(4),
-            ..RetryConfig::default()
+            ..RetrySettings::default()
         };
-        let b = Backoffs::new(&retry, &ThrottleConfig::default());
+        let b = Backoffs::new(&retry, &ThrottleSettings::default());
         for attempt in 1..10 {
             assert_eq!(b.outage.ceiling(attempt), ms(500));
         }

@@ -14,7 +14,7 @@ use crate::source::settings::SourceKind;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LeasesConfig {
+pub struct LeasesSettings {
     /// Where leases live: a `postgres://` URL; or `"kafka"`: the capacity follows the
     /// consumer group's assignment (capacity × assigned / topic partitions), no store.
     #[serde(default)]
@@ -42,7 +42,7 @@ pub struct LeasesConfig {
     pub idle_grace: Duration,
 }
 
-impl LeasesConfig {
+impl LeasesSettings {
     /// The capacity is divided by the Kafka group's assignment, not by leases in a store.
     pub fn by_assignment(&self) -> bool {
         self.store == "kafka"

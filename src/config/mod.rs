@@ -22,21 +22,21 @@ mod secrets;
 mod shutdown;
 mod telemetry;
 
-pub use crate::control::limit::settings::{ConcurrencyAlgorithm, ConcurrencyConfig};
-pub use crate::control::throttle::settings::ThrottleConfig;
-use crate::health::settings::HealthConfig;
+pub use crate::control::limit::settings::{ConcurrencyAlgorithm, ConcurrencySettings};
+pub use crate::control::throttle::settings::ThrottleSettings;
+use crate::health::settings::HealthSettings;
 use crate::settings::{ConfigError, Problems};
 use crate::sink::settings::{SinkBackend, SinkKind, SinkSettings};
 use crate::source::settings::{SourceKind, SourceSettings};
 use crate::source::{Extent, Opening};
 pub use backoffs::Backoffs;
 use environment::{kafka_properties_from_env, unknown_variables};
-pub use leases::LeasesConfig;
-pub use rate::{RateConfig, RecordsPerSecond, Unbounded};
-pub use retry::RetryConfig;
-pub use secrets::RedactConfig;
-pub use shutdown::ShutdownConfig;
-pub use telemetry::TelemetryConfig;
+pub use leases::LeasesSettings;
+pub use rate::{RateSettings, RecordsPerSecond, Unbounded};
+pub use retry::RetrySettings;
+pub use secrets::RedactSettings;
+pub use shutdown::ShutdownSettings;
+pub use telemetry::TelemetrySettings;
 
 pub use origin::ConfigOrigin;
 
@@ -46,27 +46,27 @@ pub struct Config {
     pub source: SourceSettings,
     pub sink: SinkSettings,
     #[serde(default)]
-    pub rate: RateConfig,
+    pub rate: RateSettings,
     #[serde(default)]
-    pub retry: RetryConfig,
+    pub retry: RetrySettings,
     #[serde(default)]
-    pub concurrency: ConcurrencyConfig,
+    pub concurrency: ConcurrencySettings,
     #[serde(default)]
-    pub shutdown: ShutdownConfig,
+    pub shutdown: ShutdownSettings,
     #[serde(default)]
-    pub throttle: ThrottleConfig,
+    pub throttle: ThrottleSettings,
     /// Share one sink's capacity among workers; without it the rate is static.
-    pub leases: Option<LeasesConfig>,
+    pub leases: Option<LeasesSettings>,
     #[serde(default)]
-    pub telemetry: TelemetryConfig,
+    pub telemetry: TelemetrySettings,
     /// Database-health probes that hold or stop the writes (`[[health.probe]]`).
     #[serde(default)]
-    pub health: HealthConfig,
+    pub health: HealthSettings,
     /// Whether `rate.records_per_second` was set rather than defaulted.
     #[serde(skip)]
     rate_set: bool,
     #[serde(default)]
-    pub redact: RedactConfig,
+    pub redact: RedactSettings,
 }
 
 impl Config {
@@ -191,9 +191,9 @@ impl Config {
     /// `[telemetry]` alone, from the file and the environment, checked: all `sluice ctl`
     /// needs to reach a running worker, so it works where the rest (an input file, a sink)
     /// would not load, as with the built-in default in any directory.
-    pub fn load_telemetry(origin: &ConfigOrigin) -> Result<TelemetryConfig, ConfigError> {
+    pub fn load_telemetry(origin: &ConfigOrigin) -> Result<TelemetrySettings, ConfigError> {
         let figment = layers(origin)?;
-        let mut telemetry: TelemetryConfig = figment
+        let mut telemetry: TelemetrySettings = figment
             .focus("telemetry")
             .extract()
             .map_err(|e| describe_error_within("telemetry", e))?;

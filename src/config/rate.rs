@@ -12,7 +12,7 @@ use crate::settings::bounds::{MOST_RATE, SHORTEST_TICK, rate_problem};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
-pub struct RateConfig {
+pub struct RateSettings {
     /// This worker's ceiling, records per second; `"auto"`: none, the rate is what the
     /// sink's push-back, the write latency and the health probes' `target`s allow (for a
     /// database serving others: with a canary probe); `"off"`: none at all, for a database
@@ -113,16 +113,16 @@ impl std::fmt::Display for RecordsPerSecond {
     }
 }
 
-impl Default for RateConfig {
+impl Default for RateSettings {
     fn default() -> Self {
-        RateConfig {
+        RateSettings {
             records_per_second: RecordsPerSecond::Fixed(1000.0),
             tick: Duration::from_millis(200),
         }
     }
 }
 
-impl RateConfig {
+impl RateSettings {
     pub(super) fn validate(&self, p: &mut Problems) {
         if let Some(rate) = self.records_per_second.fixed() {
             if let Some(problem) = rate_problem(rate, false) {

@@ -12,7 +12,7 @@ use crate::settings::Problems;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
-pub struct RetryConfig {
+pub struct RetrySettings {
     #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     /// The first retry's backoff (full jitter: a random wait up to it).
@@ -48,9 +48,9 @@ fn default_budget_window() -> Duration {
     Duration::from_secs(10)
 }
 
-impl Default for RetryConfig {
+impl Default for RetrySettings {
     fn default() -> Self {
-        RetryConfig {
+        RetrySettings {
             min_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(30),
             factor: 2.0,
@@ -62,7 +62,7 @@ impl Default for RetryConfig {
     }
 }
 
-impl RetryConfig {
+impl RetrySettings {
     /// The budget that caps retries.
     pub fn budget(&self) -> RetryBudget {
         RetryBudget::new(

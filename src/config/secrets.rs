@@ -11,7 +11,7 @@ use crate::settings::read_secret_file as read;
 /// What else counts as a secret in what sluice shows (logs, messages, metrics).
 #[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RedactConfig {
+pub struct RedactSettings {
     /// Query parameters whose values are masked, besides the built-in names (password,
     /// token, key, secret, sig, signature, apikey, access_token, …).
     #[serde(default)]

@@ -10,22 +10,22 @@ use crate::settings::Problems;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
-pub struct ShutdownConfig {
+pub struct ShutdownSettings {
     /// How long in-flight batches may take to finish after SIGINT/SIGTERM.
     #[schemars(with = "schema::HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
 }
 
-impl Default for ShutdownConfig {
+impl Default for ShutdownSettings {
     fn default() -> Self {
-        ShutdownConfig {
+        ShutdownSettings {
             grace: Duration::from_secs(30),
         }
     }
 }
 
-impl ShutdownConfig {
+impl ShutdownSettings {
     pub(super) fn validate(&self, p: &mut Problems) {
         p.at_most_a_year("shutdown.grace", self.grace);
     }

@@ -9,7 +9,7 @@ use crate::settings::{ConfigError, Problems, read_secret_file};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct TelemetryConfig {
+pub struct TelemetrySettings {
     /// Serve /metrics, /healthz, /readyz and the operator controls here, e.g.
     /// "127.0.0.1:9898"; off when absent.
     pub listen: Option<std::net::SocketAddr>,
@@ -21,7 +21,7 @@ pub struct TelemetryConfig {
     pub token_file: Option<PathBuf>,
 }
 
-impl TelemetryConfig {
+impl TelemetrySettings {
     /// Fills `token` from `token_file`.
     pub(super) fn read_token_file(&mut self) -> Result<(), ConfigError> {
         if let Some(path) = &self.token_file {

@@ -21,7 +21,7 @@ use crate::control::probe_target::ProbeTarget;
 use crate::lock::lock;
 use crate::stats::Stats;
 use controls::Controls;
-use settings::ProbeConfig;
+use settings::ProbeSettings;
 use steering::{limits_of, steer_under};
 
 /// What the pipeline does at this tick.
@@ -47,7 +47,7 @@ struct Probe {
     gate: Mutex<ProbeGate>,
     /// Why its runs fail, while they do (to log the change, not every run).
     failing: Mutex<Option<String>>,
-    config: ProbeConfig,
+    config: ProbeSettings,
     /// A canary's baseline: when it was measured, and its value.
     baseline: Mutex<Option<(Duration, f64)>>,
     /// Steers the rate under its `target`, once the target is known.
@@ -88,7 +88,7 @@ pub struct Health {
 }
 
 impl Health {
-    pub fn new(probes: &[ProbeConfig], stats: Arc<Stats>) -> Self {
+    pub fn new(probes: &[ProbeSettings], stats: Arc<Stats>) -> Self {
         let probes = probes
             .iter()
             .map(|p| Probe {
@@ -292,11 +292,11 @@ impl Health {
 mod tests {
     use super::*;
 
-    fn probes() -> Vec<ProbeConfig> {
+    fn probes() -> Vec<ProbeSettings> {
         use figment::providers::{Format, Toml};
         #[derive(serde::Deserialize)]
         struct Doc {
-            probe: Vec<ProbeConfig>,
+            probe: Vec<ProbeSettings>,
         }
         let doc: Doc = figment::Figment::from(Toml::string(
             "[[probe]]\nbuiltin = \"replica_lag\"\nmax = \"2s\"\ncritical = 30\n\

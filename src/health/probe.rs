@@ -12,7 +12,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::Health;
 use super::query::{Ask, CANARY_QUERY, Conn};
-use super::settings::{Database, ProbeConfig};
+use super::settings::{Database, ProbeSettings};
 use crate::control::health::Reading;
 use crate::control::latency_window::LatencyWindow;
 use crate::sink::settings::SinkSettings;
@@ -74,7 +74,7 @@ impl CanaryRuns {
 
 impl ProbeTask {
     /// The probe as configured (validated: its URLs are of a known database).
-    pub fn new(probe: &ProbeConfig, sink: &SinkSettings) -> ProbeTask {
+    pub fn new(probe: &ProbeSettings, sink: &SinkSettings) -> ProbeTask {
         let targets = probe.targets(sink);
         let database = Database::of(&targets[0]).unwrap_or(Database::Postgres);
         ProbeTask {
@@ -187,7 +187,7 @@ fn host(url: &str) -> String {
 
 /// Starts every configured probe; abort the handles to stop them.
 pub fn spawn_all(
-    probes: &[ProbeConfig],
+    probes: &[ProbeSettings],
     sink: &SinkSettings,
     health: &Arc<Health>,
 ) -> Vec<JoinHandle<()>> {

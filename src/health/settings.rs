@@ -14,9 +14,9 @@ use crate::sink::settings::{SinkKind, SinkSettings};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct HealthConfig {
+pub struct HealthSettings {
     #[serde(default)]
-    pub probe: Vec<ProbeConfig>,
+    pub probe: Vec<ProbeSettings>,
 }
 
 /// A probe's number, with what it means built in so users need not write SQL.
@@ -119,7 +119,7 @@ impl Database {
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ProbeConfig {
+pub struct ProbeSettings {
     /// How logs, `/metrics` and the exit message name it; default: the built-in's name.
     pub name: Option<String>,
     /// `replica_lag`, `active_sessions` or `canary`.
@@ -166,7 +166,7 @@ fn default_resume_ratio() -> f64 {
 /// The shortest interval between two runs of a probe.
 const SHORTEST_INTERVAL: Duration = Duration::from_millis(50);
 
-impl ProbeConfig {
+impl ProbeSettings {
     pub fn name(&self) -> &str {
         match (&self.name, self.builtin) {
             (Some(n), _) => n,
@@ -287,7 +287,7 @@ fn resolved(limit: &Option<Threshold>, baseline: Option<f64>) -> Option<f64> {
         .and_then(|t| t.resolve(baseline).ok().flatten())
 }
 
-impl HealthConfig {
+impl HealthSettings {
     pub fn validate(&self, sink: &SinkSettings, p: &mut Problems) {
         let mut names = std::collections::BTreeSet::new();
         for probe in &self.probe {
@@ -415,7 +415,7 @@ impl HealthConfig {
         }
     }
 
-    fn validate_canary(&self, probe: &ProbeConfig, p: &mut Problems) {
+    fn validate_canary(&self, probe: &ProbeSettings, p: &mut Problems) {
         let name = probe.name();
         let say = |what: &str| format!("probe {name:?}: {what}");
         if !probe.is_canary() {

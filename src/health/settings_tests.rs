@@ -6,15 +6,15 @@ fn pg_sink() -> SinkSettings {
     SinkSettings::new("postgres://u@127.0.0.1/db", own)
 }
 
-fn probe(toml_text: &str) -> ProbeConfig {
+fn probe(toml_text: &str) -> ProbeSettings {
     use figment::providers::{Format, Toml};
     figment::Figment::from(Toml::string(toml_text))
         .extract()
         .unwrap()
 }
 
-fn key_of(sink: &SinkSettings, p: ProbeConfig) -> std::borrow::Cow<'static, str> {
-    let health = HealthConfig { probe: vec![p] };
+fn key_of(sink: &SinkSettings, p: ProbeSettings) -> std::borrow::Cow<'static, str> {
+    let health = HealthSettings { probe: vec![p] };
     only_key(|problems| health.validate(sink, problems))
 }
 
@@ -22,7 +22,7 @@ fn key_of(sink: &SinkSettings, p: ProbeConfig) -> std::borrow::Cow<'static, str>
 fn a_builtin_on_the_sinks_database_with_a_duration_limit() {
     let p = probe("builtin = \"replica_lag\"\nmax = \"2s\"\ncritical = 30");
     let mut problems = Problems::default();
-    HealthConfig {
+    HealthSettings {
         probe: vec![p.clone()],
     }
     .validate(&pg_sink(), &mut problems);
@@ -82,7 +82,7 @@ fn refuses_mistakes_by_key() {
         ),
     ];
     // MySQL replicas alone are enough, whatever the sink.
-    let ok = HealthConfig {
+    let ok = HealthSettings {
         probe: vec![probe(
             "builtin = \"replica_lag\"\nmax = 5\nreplicas = [\"mysql://u@h/d\"]",
         )],
@@ -98,15 +98,15 @@ fn refuses_mistakes_by_key() {
         key_of(&sqlite, probe("builtin = \"active_sessions\"\nmax = 5")),
         "health.probe.url"
     );
-    let twice = HealthConfig {
+    let twice = HealthSettings {
         probe: vec![probe("builtin = \"active_sessions\"\nmax = 5"); 2],
     };
     assert_eq!(only_key(|p| twice.validate(&sink, p)), "health.probe.name");
 }
 
-fn problems(p: &ProbeConfig) -> Result<(), ConfigError> {
+fn problems(p: &ProbeSettings) -> Result<(), ConfigError> {
     let mut problems = Problems::default();
-    HealthConfig {
+    HealthSettings {
         probe: vec![p.clone()],
     }
     .validate(&pg_sink(), &mut problems);
@@ -142,7 +142,7 @@ fn a_canary_with_a_relative_target_and_its_defaults() {
 #[test]
 fn canary_mistakes_name_their_key() {
     let key = |text: &str| {
-        let health = HealthConfig {
+        let health = HealthSettings {
             probe: vec![probe(text)],
         };
         only_key(|p| health.validate(&pg_sink(), p))

@@ -2,14 +2,14 @@
 //! pipeline takes at every tick (the lowest wins), and a canary's limits wait for its
 //! baseline, measured before the first write, to be resolved.
 
-use super::settings::ProbeConfig;
+use super::settings::ProbeSettings;
 use super::{Health, Probe};
 use crate::control::health::{ProbeLimits, Why};
 use crate::control::probe_target::{ProbeTarget, TargetParams};
 use crate::lock::lock;
 
 /// The gate's limits, given the baseline relative limits multiply.
-pub(super) fn limits_of(p: &ProbeConfig, baseline: Option<f64>) -> ProbeLimits {
+pub(super) fn limits_of(p: &ProbeSettings, baseline: Option<f64>) -> ProbeLimits {
     ProbeLimits {
         max: p.max(baseline),
         resume_ratio: p.resume_ratio,

@@ -50,7 +50,7 @@ pub enum RetryAfterStyle {
 }
 
 #[derive(Debug, Clone)]
-pub struct SimSinkConfig {
+pub struct SimSinkSettings {
     pub listen: SocketAddr,
     /// What the bucket counts: records (the default), requests or body bytes.
     pub unit: BucketUnit,
@@ -73,11 +73,11 @@ pub struct SimSinkConfig {
     pub refuse_share: f64,
 }
 
-impl SimSinkConfig {
+impl SimSinkSettings {
     /// On `listen`, at `capacity` records per second with one second's worth of burst,
     /// answering in 5 ms up to 30 concurrent requests.
     pub fn new(listen: SocketAddr, capacity: f64) -> Self {
-        SimSinkConfig {
+        SimSinkSettings {
             listen,
             unit: BucketUnit::Records,
             capacity,
@@ -109,20 +109,20 @@ pub struct SimSink {
 }
 
 impl SimSink {
-    pub async fn start(config: SimSinkConfig) -> std::io::Result<SimSink> {
+    pub async fn start(config: SimSinkSettings) -> std::io::Result<SimSink> {
         Self::start_on(config, None).await
     }
 
     /// Serves HTTPS with `tls` (a certificate and its key).
     pub async fn start_tls(
-        config: SimSinkConfig,
+        config: SimSinkSettings,
         tls: Arc<rustls::ServerConfig>,
     ) -> std::io::Result<SimSink> {
         Self::start_on(config, Some(tls)).await
     }
 
     async fn start_on(
-        config: SimSinkConfig,
+        config: SimSinkSettings,
         tls: Option<Arc<rustls::ServerConfig>>,
     ) -> std::io::Result<SimSink> {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
@@ -287,7 +287,7 @@ pub struct SimSinkArgs {
 }
 
 impl SimSinkArgs {
-    fn config(&self) -> Result<SimSinkConfig, String> {
+    fn config(&self) -> Result<SimSinkSettings, String> {
         if !(self.capacity.is_finite() && self.capacity > 0.0) {
             return Err("--capacity must be a positive number".into());
         }
@@ -312,7 +312,7 @@ impl SimSinkArgs {
         if self.bulk && self.unit != BucketUnit::Records {
             return Err("--bulk counts documents: --unit must be records".into());
         }
-        let mut config = SimSinkConfig::new(self.listen, self.capacity);
+        let mut config = SimSinkSettings::new(self.listen, self.capacity);
         config.unit = self.unit;
         config.bulk = self.bulk;
         config.keep_documents = self.keep_documents;

@@ -24,7 +24,7 @@ use super::documents::{Documents, Stored};
 use super::ledger::{Ledger, SimStats};
 use super::outage::{Outage, OutageMode};
 use super::overload::{Answer, Overload};
-use super::{RetryAfterStyle, SimSinkConfig};
+use super::{RetryAfterStyle, SimSinkSettings};
 use crate::lock::lock;
 
 pub struct Shared {
@@ -48,7 +48,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(config: &SimSinkConfig) -> Self {
+    pub fn new(config: &SimSinkSettings) -> Self {
         Shared {
             started: Instant::now(),
             overload: Overload {

@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 /// A slow refill (one record per second) keeps the arithmetic immune to how long the
 /// requests take on a busy machine.
 async fn start(burst: u32, style: RetryAfterStyle) -> SimSink {
-    let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1.0);
+    let mut config = SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), 1.0);
     config.burst = burst;
     config.reject_field = Some("poison".into());
     config.retry_after = style;
@@ -148,7 +148,7 @@ async fn until_throttled(sim: &SimSink, keys: usize) -> (u64, reqwest::header::H
 #[tokio::test]
 async fn the_bucket_counts_requests_or_body_bytes_and_the_policy_names_it() {
     // Requests: a burst of 3 takes three requests however many records they carry.
-    let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1.0);
+    let mut config = SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), 1.0);
     config.unit = BucketUnit::Requests;
     config.burst = 3;
     config.retry_after = RetryAfterStyle::Ratelimit;

@@ -27,7 +27,7 @@ use crate::control::balance::balancer::Balancer;
 use crate::control::balance::ring::Coordinate;
 use crate::record::{DeadLetter, Row};
 use metric_names::{APERTURE_SIZE, ENDPOINT_LATENCY, ENDPOINT_REQUESTS, ENDPOINT_UP};
-use settings::BalanceConfig;
+use settings::BalanceSettings;
 
 /// How long an endpoint that throttled without saying how long is paused.
 const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
@@ -73,7 +73,7 @@ impl BalancedSink {
     /// aperture.
     pub fn new(
         endpoints: Vec<Endpoint>,
-        balance: &BalanceConfig,
+        balance: &BalanceSettings,
         coordinate: Option<Coordinate>,
         down: Backoff,
     ) -> Self {

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 
 use super::{SinkError, WriteOutcome};
 use crate::record::{DeadLetter, HeaderValue, SourceContext};
-use settings::DeadLetterConfig;
+use settings::DeadLetterSettings;
 
 #[async_trait]
 pub trait DeadLetterStore: Send + Sync {
@@ -28,7 +28,7 @@ pub trait DeadLetterStore: Send + Sync {
 /// Opens the configured store for letters bound for `target`, creating its table or file
 /// if missing.
 pub async fn open(
-    config: &DeadLetterConfig,
+    config: &DeadLetterSettings,
     target: &str,
 ) -> Result<Arc<dyn DeadLetterStore>, SinkError> {
     match (&config.url, &config.path) {

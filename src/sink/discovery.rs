@@ -23,7 +23,7 @@ use tokio::time::MissedTickBehavior;
 
 use super::SinkError;
 use super::balanced::BalancedSink;
-use crate::sink::balanced::settings::EndpointConfig;
+use crate::sink::balanced::settings::EndpointSettings;
 use crate::sink::settings::SinkSettings;
 use settings::DNS_PREFIX;
 
@@ -62,8 +62,8 @@ impl Discovery {
         let mut names = Vec::new();
         for e in &sink.urls {
             let (zone, name) = match e {
-                EndpointConfig::Url(_) => (None, None),
-                EndpointConfig::Zoned { zone, name, .. } => (zone.clone(), name.clone()),
+                EndpointSettings::Url(_) => (None, None),
+                EndpointSettings::Zoned { zone, name, .. } => (zone.clone(), name.clone()),
             };
             match e.url().strip_prefix(DNS_PREFIX) {
                 Some(rest) => names.push(DnsEntry {
@@ -306,8 +306,8 @@ mod tests {
         let path = dir.path().join("endpoints");
         std::fs::write(&path, "http://10.0.0.1:1/a\nhttp://10.0.0.2:1/a\n").unwrap();
         let sink = SinkSettings {
-            urls: vec![EndpointConfig::Url("http://10.0.0.9:1/a".into())],
-            discovery: settings::DiscoveryConfig {
+            urls: vec![EndpointSettings::Url("http://10.0.0.9:1/a".into())],
+            discovery: settings::DiscoverySettings {
                 file: Some(path.clone()),
                 ..Default::default()
             },
@@ -348,7 +348,7 @@ mod tests {
         let path = dir.path().join("endpoints");
         std::fs::write(&path, "http://10.0.0.1:1/a\n").unwrap();
         let sink = SinkSettings {
-            discovery: settings::DiscoveryConfig {
+            discovery: settings::DiscoverySettings {
                 file: Some(path.clone()),
                 ..Default::default()
             },

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::balanced::settings::{BalanceConfig, EndpointConfig};
-use super::dead_letters::settings::DeadLetterConfig;
-use super::discovery::settings::{DNS_PREFIX, DiscoveryConfig};
+use super::balanced::settings::{BalanceSettings, EndpointSettings};
+use super::dead_letters::settings::DeadLetterSettings;
+use super::discovery::settings::{DNS_PREFIX, DiscoverySettings};
 use super::elasticsearch::settings::ElasticsearchSettings;
 use super::http::settings::{HttpSettings, HttpTransport};
 use super::mysql::settings::MysqlSettings;
@@ -21,7 +21,7 @@ use super::upsert::SinkMode;
 use crate::settings::bounds::MOST_BATCH;
 use crate::settings::{ConfigError, Problems, read_secret_file};
 use crate::source::settings::SourceKind;
-use crate::tls::TlsConfig;
+use crate::tls::TlsSettings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -47,12 +47,12 @@ pub struct SinkSettings {
     /// http, elasticsearch, postgres: several endpoints instead of `url`, balanced by
     /// `[sink.balance]`.
     #[serde(default)]
-    pub urls: Vec<EndpointConfig>,
+    pub urls: Vec<EndpointSettings>,
     #[serde(default)]
-    pub balance: BalanceConfig,
+    pub balance: BalanceSettings,
     /// Endpoints found while running: `dns+http://` entries of `urls`, a file of URLs.
     #[serde(default)]
-    pub discovery: DiscoveryConfig,
+    pub discovery: DiscoverySettings,
     /// The table rows go to (created if missing, unless mapped by `[sink.columns]`).
     #[serde(default = "default_table")]
     pub table: String,
@@ -228,12 +228,12 @@ impl SinkSettings {
     }
 
     /// Where rejected records go, for a sink without tables of its own (HTTP kinds).
-    pub fn dead_letters(&self) -> Option<&DeadLetterConfig> {
+    pub fn dead_letters(&self) -> Option<&DeadLetterSettings> {
         self.transport()?.dead_letters.as_ref()
     }
 
     /// The HTTP kinds' TLS table (PostgreSQL takes libpq's `ssl*` in its URL).
-    pub fn tls(&self) -> Option<&TlsConfig> {
+    pub fn tls(&self) -> Option<&TlsSettings> {
         self.transport()?.tls.as_ref()
     }
 
@@ -246,7 +246,7 @@ impl SinkSettings {
     pub fn endpoint_urls(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.url.as_str())
             .filter(|u| !u.is_empty())
-            .chain(self.urls.iter().map(EndpointConfig::url))
+            .chain(self.urls.iter().map(EndpointSettings::url))
     }
 
     /// Fills `url` from `url_file`.
@@ -327,7 +327,7 @@ impl SinkSettings {
         }
         let mut one = self.clone();
         one.url.clear();
-        one.urls = vec![EndpointConfig::Url(url.to_string())];
+        one.urls = vec![EndpointSettings::Url(url.to_string())];
         one.discovery = Default::default();
         let mut p = Problems::default();
         one.validate_backend(&mut p);

@@ -37,7 +37,7 @@ const EMPTY_CHECK_EVERY: Duration = Duration::from_millis(500);
 
 pub struct AmqpSource {
     url: String,
-    tls: Option<crate::tls::TlsConfig>,
+    tls: Option<crate::tls::TlsSettings>,
     queue: String,
     declare: bool,
     max_record_bytes: usize,

@@ -9,7 +9,7 @@ use super::amqp::settings::AmqpSettings;
 use super::file::settings::FileSettings;
 use super::kafka::settings::KafkaSettings;
 use crate::settings::{ConfigError, Problems};
-use crate::tls::TlsConfig;
+use crate::tls::TlsSettings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -91,7 +91,7 @@ impl SourceSettings {
 
     /// The connection's TLS settings, for the kind that takes them as a table (AMQP; Kafka
     /// takes librdkafka's properties).
-    pub fn tls(&self) -> Option<&TlsConfig> {
+    pub fn tls(&self) -> Option<&TlsSettings> {
         match self {
             SourceSettings::Amqp(s) => s.tls.as_ref(),
             _ => None,

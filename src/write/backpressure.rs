@@ -17,7 +17,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
 
-use crate::config::{RateConfig, RetryConfig, ThrottleConfig};
+use crate::config::{RateSettings, RetrySettings, ThrottleSettings};
 use crate::control::backoff::Backoff;
 use crate::control::item_refusals::{ItemRefusals, RefusalVerdict};
 use crate::control::retry_budget::RetryBudget;
@@ -65,9 +65,9 @@ impl Backpressure {
     /// At most one fresh throttle signal per `rate.tick`; the configured rate is the
     /// ceiling until [`Backpressure::set_ceiling`] changes it.
     pub fn new(
-        throttle: &ThrottleConfig,
-        retry: &RetryConfig,
-        rate: &RateConfig,
+        throttle: &ThrottleSettings,
+        retry: &RetrySettings,
+        rate: &RateSettings,
         outage: Backoff,
         stats: Arc<Stats>,
     ) -> Self {

@@ -11,7 +11,7 @@ use super::backpressure::Backpressure;
 use super::delivery::Delivery;
 use super::limit_gate::LimitGate;
 use crate::config::{
-    Backoffs, ConcurrencyConfig, Config, RateConfig, RetryConfig, ThrottleConfig,
+    Backoffs, ConcurrencySettings, Config, RateSettings, RetrySettings, ThrottleSettings,
 };
 use crate::control::limit::ConcurrencyLimit;
 use crate::sink::Sink;
@@ -20,10 +20,10 @@ use crate::stats::Stats;
 /// What the write path reads of the configuration.
 #[derive(Debug, Clone, Default)]
 pub struct WriteSettings {
-    pub retry: RetryConfig,
-    pub throttle: ThrottleConfig,
-    pub rate: RateConfig,
-    pub concurrency: ConcurrencyConfig,
+    pub retry: RetrySettings,
+    pub throttle: ThrottleSettings,
+    pub rate: RateSettings,
+    pub concurrency: ConcurrencySettings,
 }
 
 impl WriteSettings {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use sluice::sim_sink::latency::LatencyModel;
-use sluice::sim_sink::{SimSink, SimSinkConfig};
+use sluice::sim_sink::{SimSink, SimSinkSettings};
 
 struct Sinks {
     rt: tokio::runtime::Runtime,
@@ -26,7 +26,7 @@ impl Sinks {
         let sims = latencies_ms
             .iter()
             .map(|ms| {
-                let mut cfg = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0);
+                let mut cfg = SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0);
                 cfg.burst = 1_000_000;
                 cfg.latency = LatencyModel {
                     base: Duration::from_millis(*ms),

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice::sim_sink::{SimSink, SimSinkConfig};
+use sluice::sim_sink::{SimSink, SimSinkSettings};
 
 /// No run may take longer than this, however loaded the machine.
 const RUN_LIMIT: Duration = Duration::from_secs(180);
@@ -115,7 +115,7 @@ fn keys_except(n: usize, except: &[usize]) -> Vec<String> {
 }
 
 async fn bulk_sim(capacity: f64, queue: u32) -> SimSink {
-    let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), capacity);
+    let mut config = SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), capacity);
     config.bulk = true;
     config.burst = queue;
     config.reject_field = Some("price".into());
@@ -366,7 +366,7 @@ async fn dynamodb_style_unprocessed_items_are_sent_again_alone() {
 /// of them at random; documents per second and items sent per document.
 async fn refused_at_random(share: f64, n: usize) -> (f64, f64) {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0);
+    let mut config = SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0);
     config.bulk = true;
     config.burst = 1_000_000;
     config.refuse_share = share;

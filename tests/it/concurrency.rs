@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use sluice::sim_sink::latency::LatencyModel;
-use sluice::sim_sink::{Action, SimSink, SimSinkConfig};
+use sluice::sim_sink::{Action, SimSink, SimSinkSettings};
 
 const BATCH: u64 = 20;
 
@@ -38,14 +38,14 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// `tune` adjusts the rest of its configuration.
 fn start_sim(
     latency: LatencyModel,
-    tune: impl FnOnce(&mut SimSinkConfig),
+    tune: impl FnOnce(&mut SimSinkSettings),
 ) -> (tokio::runtime::Runtime, SimSink) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let mut cfg = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0);
+    let mut cfg = SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0);
     cfg.burst = 1_000_000;
     cfg.latency = latency;
     tune(&mut cfg);

@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use sluice::config::{ConcurrencyAlgorithm, ConcurrencyConfig, RateConfig};
+use sluice::config::{ConcurrencyAlgorithm, ConcurrencySettings, RateSettings};
 use sluice::control::cadence::Cadence;
 use sluice::control::limit::ConcurrencyLimit;
 use sluice::control::limit::vegas::VegasLimit;
@@ -223,7 +223,7 @@ fn measure(log: &[Request], knee: u32) -> Measured {
 async fn run(
     overload: Overload,
     per_second: Option<usize>,
-    concurrency: &ConcurrencyConfig,
+    concurrency: &ConcurrencySettings,
     batch: usize,
     requests: usize,
 ) -> Vec<Request> {
@@ -235,7 +235,7 @@ async fn run(
 async fn run_with(
     overload: Overload,
     per_second: Option<usize>,
-    concurrency: &ConcurrencyConfig,
+    concurrency: &ConcurrencySettings,
     limit: Box<dyn ConcurrencyLimit>,
     batch: usize,
     requests: usize,
@@ -256,7 +256,7 @@ async fn run_with(
         log: Mutex::new(Vec::new()),
     });
     let stats = Arc::new(Stats::default());
-    let rate = RateConfig {
+    let rate = RateSettings {
         records_per_second: 1_000_000.0.into(),
         tick: Duration::from_millis(200),
     };
@@ -292,7 +292,7 @@ async fn run_with(
 
 /// The configured limit; Vegas with a fixed seed for its probe jitter (the worker seeds
 /// it at random), so that a run is the same every time.
-fn build(c: &ConcurrencyConfig) -> Box<dyn ConcurrencyLimit> {
+fn build(c: &ConcurrencySettings) -> Box<dyn ConcurrencyLimit> {
     match c.algorithm {
         ConcurrencyAlgorithm::Vegas => {
             Box::new(VegasLimit::new(c.initial(), c.min, c.max, c.smoothing, 11))
@@ -301,13 +301,13 @@ fn build(c: &ConcurrencyConfig) -> Box<dyn ConcurrencyLimit> {
     }
 }
 
-fn limit(algorithm: ConcurrencyAlgorithm, target_ms: u64) -> ConcurrencyConfig {
-    ConcurrencyConfig {
+fn limit(algorithm: ConcurrencyAlgorithm, target_ms: u64) -> ConcurrencySettings {
+    ConcurrencySettings {
         algorithm,
         max: 64,
         initial: Some(1),
         target_latency: Duration::from_millis(target_ms),
-        ..ConcurrencyConfig::default()
+        ..ConcurrencySettings::default()
     }
 }
 

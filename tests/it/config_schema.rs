@@ -272,7 +272,7 @@ fn sluice_config_schema_prints_the_schema() {
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(printed, schema());
     // Defaults and doc comments reach the editor.
-    let rate = &printed["definitions"]["RateConfig"]["properties"];
+    let rate = &printed["definitions"]["RateSettings"]["properties"];
     assert_eq!(rate["tick"]["default"], "200ms", "{rate}");
     assert!(
         rate["records_per_second"]["description"]

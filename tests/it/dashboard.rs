@@ -91,7 +91,7 @@ fn exported(text: &str) -> BTreeMap<String, BTreeSet<String>> {
 fn every_metric_and_label_the_dashboard_queries_is_exported() {
     // 100 rec/s with one second of burst, asked for 400: the worker is throttled and
     // learns the limit; meanwhile the file is far from read, so a truncation loses bytes.
-    let (_rt, sim) = common::sim_sink(sluice::sim_sink::SimSinkConfig::new(
+    let (_rt, sim) = common::sim_sink(sluice::sim_sink::SimSinkSettings::new(
         "127.0.0.1:0".parse().unwrap(),
         100.0,
     ));

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use sluice::sim_sink::{SimSink, SimSinkConfig};
+use sluice::sim_sink::{SimSink, SimSinkSettings};
 
 mod full_disk;
 
@@ -161,7 +161,7 @@ fn http_config(dir: &Path, sim: &SimSink, dead_letters: &str, port: u16) {
 }
 
 async fn sim() -> SimSink {
-    SimSink::start(SimSinkConfig::new(
+    SimSink::start(SimSinkSettings::new(
         "127.0.0.1:0".parse().unwrap(),
         100_000.0,
     ))

@@ -15,7 +15,7 @@ use hickory_resolver::proto::op::{Message, ResponseCode};
 use hickory_resolver::proto::rr::rdata::A;
 use hickory_resolver::proto::rr::{RData, Record, RecordType};
 use sluice::sim_sink::latency::LatencyModel;
-use sluice::sim_sink::{SimSink, SimSinkConfig};
+use sluice::sim_sink::{SimSink, SimSinkSettings};
 
 const INTERVAL: Duration = Duration::from_millis(300);
 
@@ -29,7 +29,7 @@ impl Sims {
         let sims = listen
             .iter()
             .map(|(addr, ms)| {
-                let mut cfg = SimSinkConfig::new(*addr, 1_000_000.0);
+                let mut cfg = SimSinkSettings::new(*addr, 1_000_000.0);
                 cfg.burst = 1_000_000;
                 cfg.latency = LatencyModel {
                     base: Duration::from_millis(*ms),

@@ -30,7 +30,7 @@ fn kind_of(config: &toml::Value, section: &str) -> String {
 
 #[test]
 fn every_example_passes_check_against_the_test_services() {
-    let mut bulk = sluice::sim_sink::SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 10_000.0);
+    let mut bulk = sluice::sim_sink::SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), 10_000.0);
     bulk.bulk = true;
     let (_rt, cluster) = common::sim_sink(bulk);
     let files = examples();

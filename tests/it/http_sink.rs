@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use sluice::sim_sink::{OutageMode, SimSink, SimSinkConfig, SimStats};
+use sluice::sim_sink::{OutageMode, SimSink, SimSinkSettings, SimStats};
 
 /// No run may take longer than this, however loaded the machine.
 const RUN_LIMIT: Duration = Duration::from_secs(180);
@@ -87,8 +87,8 @@ path = {dead:?}
     path
 }
 
-async fn sim(capacity: f64, configure: impl FnOnce(&mut SimSinkConfig)) -> SimSink {
-    let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), capacity);
+async fn sim(capacity: f64, configure: impl FnOnce(&mut SimSinkSettings)) -> SimSink {
+    let mut config = SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), capacity);
     configure(&mut config);
     SimSink::start(config).await.unwrap()
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use lease_fleet_support::{Cluster, PASSWORD};
-use sluice::sim_sink::{LatencyModel, SimSink, SimSinkConfig};
+use sluice::sim_sink::{LatencyModel, SimSink, SimSinkSettings};
 
 /// GET `http://127.0.0.1:{port}/readyz`: its status (0 if unreachable) and body.
 fn readyz(port: u16) -> (u16, String) {
@@ -121,7 +121,7 @@ struct Emulator {
 
 impl Emulator {
     fn start(capacity: f64) -> Emulator {
-        let (rt, sim) = sim_sink(SimSinkConfig {
+        let (rt, sim) = sim_sink(SimSinkSettings {
             burst: capacity as u32,
             // A fleet's requests arrive together: the emulator must not slow down for
             // them (by default it does beyond 30 at once).
@@ -129,7 +129,7 @@ impl Emulator {
                 knee: 10_000,
                 ..LatencyModel::default()
             },
-            ..SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), capacity)
+            ..SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), capacity)
         });
         Emulator { rt, sim }
     }

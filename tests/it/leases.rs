@@ -12,7 +12,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::*;
-use sluice::sim_sink::{SimSink, SimSinkConfig};
+use sluice::sim_sink::{SimSink, SimSinkSettings};
 
 mod pool_definition;
 
@@ -29,9 +29,9 @@ impl Emulator {
 
     /// 1,000 rec/s with a bucket of `burst` records.
     fn with_burst(burst: u32) -> Emulator {
-        let (rt, sim) = sim_sink(SimSinkConfig {
+        let (rt, sim) = sim_sink(SimSinkSettings {
             burst,
-            ..SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1000.0)
+            ..SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), 1000.0)
         });
         Emulator { rt, sim }
     }

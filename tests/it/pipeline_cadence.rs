@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice::config::ConcurrencyConfig;
+use sluice::config::ConcurrencySettings;
 use sluice::control::cadence::Cadence;
 use sluice::decode::Decoder;
 use sluice::pipeline::clock::TokioClock;
@@ -138,9 +138,9 @@ fn pipeline(
 /// The write path as the worker builds it, with a fixed limit of `max_in_flight`.
 fn write_path(sink: Arc<dyn Sink>, max_in_flight: usize, stats: Arc<Stats>) -> WritePath {
     let settings = WriteSettings {
-        concurrency: ConcurrencyConfig {
+        concurrency: ConcurrencySettings {
             max: max_in_flight,
-            ..ConcurrencyConfig::default()
+            ..ConcurrencySettings::default()
         },
         ..WriteSettings::default()
     };

@@ -32,7 +32,7 @@ use sluice::sim_sink::measure::{
     Tolerance, after, on_target, rate, second_half, target, time_to_full,
 };
 use sluice::sim_sink::{
-    BucketUnit, OutageMode, RetryAfterStyle, SimSink, SimSinkConfig, SimStats,
+    BucketUnit, OutageMode, RetryAfterStyle, SimSink, SimSinkSettings, SimStats,
 };
 
 /// The records-limited sink's capacity, and what the others' units come to in records.
@@ -47,13 +47,13 @@ struct Sim {
 }
 
 impl Sim {
-    fn start(unit: BucketUnit, capacity: f64, configure: impl FnOnce(&mut SimSinkConfig)) -> Sim {
+    fn start(unit: BucketUnit, capacity: f64, configure: impl FnOnce(&mut SimSinkSettings)) -> Sim {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .unwrap();
-        let mut config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), capacity);
+        let mut config = SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), capacity);
         config.unit = unit;
         config.latency.base = Duration::from_millis(5);
         configure(&mut config);

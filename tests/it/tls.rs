@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use sluice::sim_sink::{SimSink, SimSinkConfig};
+use sluice::sim_sink::{SimSink, SimSinkSettings};
 use sqlx::Connection;
 
 /// No run or check may take longer than this, however loaded the machine: a TLS
@@ -222,7 +222,7 @@ fn file_to_https(dir: &Path, url: &str, tls: &str) {
 
 async fn https_sim_sink(cert: &str, key: &str) -> SimSink {
     let tls = sluice::tls::server_config(&pki(cert), &pki(key)).unwrap();
-    let config = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 100_000.0);
+    let config = SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), 100_000.0);
     SimSink::start_tls(config, tls).await.unwrap()
 }
 

@@ -27,7 +27,7 @@ pub enum ConcurrencyAlgorithm {
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
-pub struct ConcurrencyConfig {
+pub struct ConcurrencySettings {
     /// How the batches in flight are limited: `fixed` at `max`, or adapted to the write
     /// latency (`aimd`, `vegas`, `gradient2`).
     pub algorithm: ConcurrencyAlgorithm,
@@ -63,10 +63,10 @@ pub struct ConcurrencyConfig {
     pub cut_overdue: bool,
 }
 
-impl Default for ConcurrencyConfig {
+impl Default for ConcurrencySettings {
     fn default() -> Self {
         let aimd = AimdParams::default();
-        ConcurrencyConfig {
+        ConcurrencySettings {
             algorithm: ConcurrencyAlgorithm::Fixed,
             max: aimd.max,
             initial: None,
@@ -84,7 +84,7 @@ impl Default for ConcurrencyConfig {
     }
 }
 
-impl ConcurrencyConfig {
+impl ConcurrencySettings {
     /// Whether overdue writes are cut: only a limit that adapts can act on the drop.
     pub fn cuts_overdue(&self) -> bool {
         self.cut_overdue && self.algorithm != ConcurrencyAlgorithm::Fixed
@@ -209,6 +209,6 @@ mod tests {
     /// with nothing runs on those same numbers.
     #[test]
     fn an_unset_concurrency_table_is_aimd_on_its_tested_defaults() {
-        assert_eq!(ConcurrencyConfig::default().aimd(), AimdParams::default());
+        assert_eq!(ConcurrencySettings::default().aimd(), AimdParams::default());
     }
 }

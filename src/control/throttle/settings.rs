@@ -22,7 +22,7 @@ const DEFAULT_MAX_PAUSE: Duration = Duration::from_millis(500);
 /// and how it pauses when the sink says so.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
-pub struct ThrottleConfig {
+pub struct ThrottleSettings {
     /// The share of a learned limit the worker holds.
     pub hold: f64,
     /// After an outage the worker resumes at this share of its rate (and climbs back
@@ -45,10 +45,10 @@ pub struct ThrottleConfig {
     pub max_pause: Duration,
 }
 
-impl Default for ThrottleConfig {
+impl Default for ThrottleSettings {
     fn default() -> Self {
         let limit = LimitParams::default();
-        ThrottleConfig {
+        ThrottleSettings {
             hold: limit.hold,
             beta: limit.beta,
             min_multiplier: limit.min_multiplier,
@@ -60,7 +60,7 @@ impl Default for ThrottleConfig {
     }
 }
 
-impl ThrottleConfig {
+impl ThrottleSettings {
     /// The learned limit's tuning: these keys over `LimitParams`' defaults for the rest.
     pub fn limit_params(&self) -> LimitParams {
         LimitParams {
@@ -120,7 +120,7 @@ mod tests {
     #[test]
     fn an_unset_throttle_table_is_the_limit_its_tests_run_on() {
         assert_eq!(
-            ThrottleConfig::default().limit_params(),
+            ThrottleSettings::default().limit_params(),
             LimitParams::default()
         );
     }

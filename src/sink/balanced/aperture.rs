@@ -13,7 +13,7 @@ use crate::settings::{ConfigError, HumanDuration, Problems};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
-pub struct ApertureConfig {
+pub struct ApertureSettings {
     /// How the subset is chosen.
     #[schemars(with = "super::schema::ApertureMode")]
     pub mode: Mode,
@@ -37,10 +37,10 @@ pub struct ApertureConfig {
     pub worker_count: Option<u32>,
 }
 
-impl Default for ApertureConfig {
+impl Default for ApertureSettings {
     fn default() -> Self {
         let s = Settings::default();
-        ApertureConfig {
+        ApertureSettings {
             mode: Mode::default(),
             min: s.min,
             max: s.max,
@@ -56,7 +56,7 @@ impl Default for ApertureConfig {
 pub const INDEX_VAR: &str = "SLUICE_WORKER_INDEX";
 pub const COUNT_VAR: &str = "SLUICE_WORKER_COUNT";
 
-impl ApertureConfig {
+impl ApertureSettings {
     pub fn settings(&self) -> Settings {
         Settings {
             min: self.min,
@@ -163,10 +163,10 @@ mod tests {
     use super::*;
     use crate::settings::only_key;
 
-    fn deterministic() -> ApertureConfig {
-        ApertureConfig {
+    fn deterministic() -> ApertureSettings {
+        ApertureSettings {
             mode: Mode::Deterministic,
-            ..ApertureConfig::default()
+            ..ApertureSettings::default()
         }
     }
 
@@ -180,7 +180,7 @@ mod tests {
 
     #[test]
     fn the_coordinate_comes_from_config_then_variables_then_the_hostname() {
-        let c = ApertureConfig {
+        let c = ApertureSettings {
             worker_index: Some(2),
             worker_count: Some(6),
             ..deterministic()
@@ -200,23 +200,23 @@ mod tests {
             deterministic().coordinate(&pod).unwrap(),
             Some(Coordinate { index: 3, count: 5 })
         );
-        assert_eq!(ApertureConfig::default().coordinate(&none).unwrap(), None);
+        assert_eq!(ApertureSettings::default().coordinate(&none).unwrap(), None);
     }
 
     #[test]
     fn each_problem_names_its_key() {
         let none = env(&[]);
-        let check = |c: ApertureConfig| only_key(|p| c.validate(&env(&[]), p));
+        let check = |c: ApertureSettings| only_key(|p| c.validate(&env(&[]), p));
         assert_eq!(
-            check(ApertureConfig {
+            check(ApertureSettings {
                 min: 5,
                 max: Some(3),
-                ..ApertureConfig::default()
+                ..ApertureSettings::default()
             }),
             "sink.balance.aperture.min"
         );
         assert_eq!(
-            check(ApertureConfig {
+            check(ApertureSettings {
                 worker_index: Some(6),
                 worker_count: Some(6),
                 ..deterministic()
@@ -224,16 +224,16 @@ mod tests {
             "sink.balance.aperture.worker_index"
         );
         assert_eq!(
-            check(ApertureConfig {
+            check(ApertureSettings {
                 worker_index: Some(0),
                 ..deterministic()
             }),
             "sink.balance.aperture.worker_count"
         );
         assert_eq!(
-            check(ApertureConfig {
+            check(ApertureSettings {
                 low_load: 3.0,
-                ..ApertureConfig::default()
+                ..ApertureSettings::default()
             }),
             "sink.balance.aperture.high_load"
         );

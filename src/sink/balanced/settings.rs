@@ -14,7 +14,7 @@ use crate::settings::{HumanDuration, Problems};
 /// name metrics show it by (`host:port` when unnamed; never the URL).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
-pub enum EndpointConfig {
+pub enum EndpointSettings {
     Url(String),
     Zoned {
         url: String,
@@ -23,24 +23,24 @@ pub enum EndpointConfig {
     },
 }
 
-impl EndpointConfig {
+impl EndpointSettings {
     pub fn url(&self) -> &str {
         match self {
-            EndpointConfig::Url(u) | EndpointConfig::Zoned { url: u, .. } => u,
+            EndpointSettings::Url(u) | EndpointSettings::Zoned { url: u, .. } => u,
         }
     }
 
     pub fn zone(&self) -> Option<&str> {
         match self {
-            EndpointConfig::Url(_) => None,
-            EndpointConfig::Zoned { zone, .. } => zone.as_deref(),
+            EndpointSettings::Url(_) => None,
+            EndpointSettings::Zoned { zone, .. } => zone.as_deref(),
         }
     }
 
     /// The label metrics and readiness show: the configured name, else `host:port`.
     pub fn label(&self) -> String {
         match self {
-            EndpointConfig::Zoned {
+            EndpointSettings::Zoned {
                 name: Some(name), ..
             } => name.clone(),
             _ => crate::redact::endpoint_label(self.url()),
@@ -50,7 +50,7 @@ impl EndpointConfig {
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
-pub struct BalanceConfig {
+pub struct BalanceSettings {
     #[schemars(with = "schema::StrategySchema")]
     pub strategy: crate::control::balance::balancer::Strategy,
     /// This worker's zone: endpoints of other zones are used only when none here is up.
@@ -60,12 +60,12 @@ pub struct BalanceConfig {
     #[serde(with = "humantime_serde")]
     pub decay: Duration,
     /// `strategy = "aperture"`: the subset's bounds, load band and mode.
-    pub aperture: aperture::ApertureConfig,
+    pub aperture: aperture::ApertureSettings,
 }
 
-impl Default for BalanceConfig {
+impl Default for BalanceSettings {
     fn default() -> Self {
-        BalanceConfig {
+        BalanceSettings {
             strategy: Default::default(),
             zone: None,
             decay: Duration::from_secs(10),
@@ -74,11 +74,11 @@ impl Default for BalanceConfig {
     }
 }
 
-impl BalanceConfig {
+impl BalanceSettings {
     pub(crate) fn validate(&self, p: &mut Problems) {
         let b = self;
         if b.strategy != Strategy::Aperture {
-            if b.aperture != aperture::ApertureConfig::default() {
+            if b.aperture != aperture::ApertureSettings::default() {
                 p.add(
                     "sink.balance.aperture",
                     "applies only with strategy = \"aperture\"",

@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::{Backoffs, RetryConfig, ThrottleConfig};
+use crate::config::{Backoffs, RetrySettings, ThrottleSettings};
 use crate::control::balance::balancer::Strategy;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,11 +57,11 @@ impl Sink for Fake {
 
 /// The outage backoff a worker with this `throttle.max_pause` builds.
 fn outage(max_pause: Duration) -> Backoff {
-    let throttle = ThrottleConfig {
+    let throttle = ThrottleSettings {
         max_pause,
-        ..ThrottleConfig::default()
+        ..ThrottleSettings::default()
     };
-    Backoffs::new(&RetryConfig::default(), &throttle).outage
+    Backoffs::new(&RetrySettings::default(), &throttle).outage
 }
 
 fn sink(fakes: &[Arc<Fake>], max_pause: Duration) -> BalancedSink {
@@ -75,9 +75,9 @@ fn sink(fakes: &[Arc<Fake>], max_pause: Duration) -> BalancedSink {
             zone: None,
         })
         .collect();
-    let balance = BalanceConfig {
+    let balance = BalanceSettings {
         strategy: Strategy::P2cEwma,
-        ..BalanceConfig::default()
+        ..BalanceSettings::default()
     };
     BalancedSink::new(endpoints, &balance, None, outage(max_pause))
 }
@@ -203,7 +203,7 @@ async fn ready_only_while_an_endpoint_could_take_a_write() {
             })
             .collect::<Vec<_>>()
     };
-    let balance = BalanceConfig::default();
+    let balance = BalanceSettings::default();
     let max_pause = Duration::from_secs(5);
     // One hung endpoint does not keep the answering one from making the worker ready.
     let s = BalancedSink::new(

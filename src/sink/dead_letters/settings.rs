@@ -11,14 +11,14 @@ use crate::settings::Problems;
 /// A database (`url`) or an NDJSON file (`path`).
 #[derive(Debug, Clone, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct DeadLetterConfig {
+pub struct DeadLetterSettings {
     /// `sqlite://…`; the table is `sluice_dead_letters`.
     pub url: Option<String>,
     /// An NDJSON file, appended to.
     pub path: Option<PathBuf>,
 }
 
-impl DeadLetterConfig {
+impl DeadLetterSettings {
     pub(crate) fn validate(&self, p: &mut Problems) {
         match (&self.url, &self.path) {
             (Some(url), None) if url.starts_with("postgres:") || url.starts_with("postgresql:") => {

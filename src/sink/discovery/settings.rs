@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::settings::{HumanDuration, Problems};
-use crate::sink::balanced::settings::EndpointConfig;
+use crate::sink::balanced::settings::EndpointSettings;
 use crate::sink::settings::SinkKind;
 
 /// The scheme prefix of a `sink.urls` entry whose name is resolved to endpoints.
@@ -18,7 +18,7 @@ pub const DNS_PREFIX: &str = "dns+";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
-pub struct DiscoveryConfig {
+pub struct DiscoverySettings {
     /// How often names are resolved again and the file read again (Finagle's DNS
     /// resolver's default).
     #[schemars(with = "HumanDuration")]
@@ -31,9 +31,9 @@ pub struct DiscoveryConfig {
     pub nameserver: Option<SocketAddr>,
 }
 
-impl Default for DiscoveryConfig {
+impl Default for DiscoverySettings {
     fn default() -> Self {
-        DiscoveryConfig {
+        DiscoverySettings {
             interval: Duration::from_secs(5),
             file: None,
             nameserver: None,
@@ -41,12 +41,12 @@ impl Default for DiscoveryConfig {
     }
 }
 
-impl DiscoveryConfig {
-    pub fn validate(&self, kind: SinkKind, urls: &[EndpointConfig], p: &mut Problems) {
+impl DiscoverySettings {
+    pub fn validate(&self, kind: SinkKind, urls: &[EndpointSettings], p: &mut Problems) {
         p.positive_duration("sink.discovery.interval", self.interval);
         let dns: Vec<&str> = urls
             .iter()
-            .map(EndpointConfig::url)
+            .map(EndpointSettings::url)
             .filter(|u| u.starts_with(DNS_PREFIX))
             .collect();
         if !matches!(kind, SinkKind::Http | SinkKind::Elasticsearch) && !dns.is_empty() {
@@ -65,7 +65,7 @@ impl DiscoveryConfig {
                 Err(e) => p.add("sink.urls", format!("{url:?} is not a URL: {e}")),
             }
         }
-        if dns.is_empty() && self.file.is_none() && *self != DiscoveryConfig::default() {
+        if dns.is_empty() && self.file.is_none() && *self != DiscoverySettings::default() {
             p.add(
                 "sink.discovery",
                 "applies to dns+http:// entries of sink.urls or a file: there is neither",

@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use super::contract::ResponseContract;
 use crate::settings::{HumanDuration, Problems};
-use crate::sink::balanced::settings::EndpointConfig;
-use crate::sink::dead_letters::settings::DeadLetterConfig;
+use crate::sink::balanced::settings::EndpointSettings;
+use crate::sink::dead_letters::settings::DeadLetterSettings;
 use crate::sink::discovery::settings::DNS_PREFIX;
 use crate::sink::settings::SinkSettings;
-use crate::tls::TlsConfig;
+use crate::tls::TlsSettings;
 
 /// How an http sink encodes a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
@@ -54,13 +54,13 @@ pub struct HttpTransport {
     pub headers: BTreeMap<String, String>,
     /// A private CA, a client certificate (PostgreSQL takes libpq's `sslmode`,
     /// `sslrootcert`, `sslcert`, `sslkey` in its URL instead).
-    pub tls: Option<TlsConfig>,
+    pub tls: Option<TlsSettings>,
     /// The longest one request may take before it counts as a transient failure.
     #[schemars(with = "HumanDuration")]
     #[serde(default = "default_timeout", with = "humantime_serde")]
     pub timeout: Duration,
     /// Where records the endpoint rejects go (required: an endpoint keeps none).
-    pub dead_letters: Option<DeadLetterConfig>,
+    pub dead_letters: Option<DeadLetterSettings>,
 }
 
 impl Default for HttpTransport {
@@ -94,7 +94,7 @@ fn validate_transport(sink: &SinkSettings, t: &HttpTransport, p: &mut Problems) 
         } else {
             (
                 "sink.urls",
-                sink.urls.iter().map(EndpointConfig::url).collect(),
+                sink.urls.iter().map(EndpointSettings::url).collect(),
             )
         };
     let resolved = |u: &&str| u.starts_with(DNS_PREFIX);

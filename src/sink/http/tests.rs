@@ -1,7 +1,7 @@
 use super::settings::{HttpSettings, HttpTransport};
 use super::*;
-use crate::sim_sink::{OutageMode, RetryAfterStyle, SimSink, SimSinkConfig};
-use crate::sink::dead_letters::settings::DeadLetterConfig;
+use crate::sim_sink::{OutageMode, RetryAfterStyle, SimSink, SimSinkSettings};
+use crate::sink::dead_letters::settings::DeadLetterSettings;
 use crate::sink::settings::{SinkBackend, SinkSettings};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -31,7 +31,7 @@ fn config_with(url: String, dir: &std::path::Path, http: HttpSettings) -> SinkSe
     let http = HttpSettings {
         transport: HttpTransport {
             timeout: Duration::from_millis(300),
-            dead_letters: Some(DeadLetterConfig {
+            dead_letters: Some(DeadLetterSettings {
                 url: None,
                 path: Some(dir.join("dead.ndjson")),
             }),
@@ -43,7 +43,7 @@ fn config_with(url: String, dir: &std::path::Path, http: HttpSettings) -> SinkSe
 }
 
 async fn sim(burst: u32) -> SimSink {
-    let mut c = SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 2.0);
+    let mut c = SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), 2.0);
     c.burst = burst;
     c.reject_field = Some("poison".into());
     c.retry_after = RetryAfterStyle::Millis;

@@ -197,7 +197,7 @@ mod tests {
         own(&mut sink).throttle_errors = vec![0];
         assert_eq!(key_of(&sink), "sink.throttle_errors");
         let mut sink = mysql();
-        sink.urls = vec![crate::sink::balanced::settings::EndpointConfig::Url(
+        sink.urls = vec![crate::sink::balanced::settings::EndpointSettings::Url(
             "mysql://h/db".into(),
         )];
         assert_eq!(key_of(&sink), "sink.urls");

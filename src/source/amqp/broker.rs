@@ -13,7 +13,7 @@ use crate::source::SourceError;
 /// system's roots) and client certificate, when set.
 pub async fn connect(
     url: &str,
-    tls: Option<&crate::tls::TlsConfig>,
+    tls: Option<&crate::tls::TlsSettings>,
     properties: ConnectionProperties,
 ) -> Result<Connection, lapin::Error> {
     let config = match tls {
@@ -24,7 +24,7 @@ pub async fn connect(
         .await
 }
 
-fn tls_config(tls: &crate::tls::TlsConfig) -> Result<lapin::tcp::OwnedTLSConfig, String> {
+fn tls_config(tls: &crate::tls::TlsSettings) -> Result<lapin::tcp::OwnedTLSConfig, String> {
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
     };

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::settings::{ConfigError, Problems, read_secret_file};
 use crate::source::settings::default_max_record_bytes;
-use crate::tls::TlsConfig;
+use crate::tls::TlsSettings;
 
 /// The longest name AMQP 0-9-1 carries (a short string): a queue, a message id.
 pub const MOST_NAME_BYTES: usize = 255;
@@ -21,7 +21,7 @@ pub struct AmqpSettings {
     /// The queue to drain.
     pub queue: Option<String>,
     /// For an `amqps://` URL: a private CA, a client certificate.
-    pub tls: Option<TlsConfig>,
+    pub tls: Option<TlsSettings>,
     /// Declare the queue (durable) if it does not exist.
     #[serde(default = "declare_by_default")]
     pub declare: bool,

@@ -4,15 +4,15 @@ use crate::config::Backoffs;
 const TICK: Duration = Duration::from_millis(200);
 
 fn pressure() -> Backpressure {
-    let rate = RateConfig {
+    let rate = RateSettings {
         records_per_second: 1000.0.into(),
         tick: TICK,
     };
     Backpressure::new(
-        &ThrottleConfig::default(),
-        &RetryConfig::default(),
+        &ThrottleSettings::default(),
+        &RetrySettings::default(),
         &rate,
-        Backoffs::new(&RetryConfig::default(), &ThrottleConfig::default()).outage,
+        Backoffs::new(&RetrySettings::default(), &ThrottleSettings::default()).outage,
         Arc::new(Stats::default()),
     )
 }
@@ -135,15 +135,15 @@ async fn the_budget_holds_retries_beyond_the_floor() {
 
 #[tokio::test(start_paused = true)]
 async fn an_outage_is_retried_within_the_longest_pause() {
-    let throttle = ThrottleConfig {
+    let throttle = ThrottleSettings {
         max_pause: Duration::from_secs(2),
-        ..ThrottleConfig::default()
+        ..ThrottleSettings::default()
     };
     let p = Backpressure::new(
         &throttle,
-        &RetryConfig::default(),
-        &RateConfig::default(),
-        Backoffs::new(&RetryConfig::default(), &throttle).outage,
+        &RetrySettings::default(),
+        &RateSettings::default(),
+        Backoffs::new(&RetrySettings::default(), &throttle).outage,
         Arc::new(Stats::default()),
     );
     // retry.max_delay is 30 s; the wait of an outage stops at throttle.max_pause.

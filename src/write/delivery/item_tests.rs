@@ -3,7 +3,7 @@
 
 use super::tests::{delivery_with, keep_dead_letters, rows, rows_marked};
 use super::*;
-use crate::config::RetryConfig;
+use crate::config::RetrySettings;
 use crate::sink::ItemOutcome;
 use async_trait::async_trait;
 use std::sync::Mutex;
@@ -69,9 +69,9 @@ async fn only_the_items_refused_go_again_and_the_batch_settles_at_item_granulari
         ..Default::default()
     });
     let stats = Arc::new(Stats::default());
-    let retry = RetryConfig {
+    let retry = RetrySettings {
         max_attempts: 3,
-        ..RetryConfig::default()
+        ..RetrySettings::default()
     };
     let d = delivery_with(sink.clone(), retry, stats.clone());
     let mut rows = rows_marked(100, &[3, 50], "bad");
@@ -147,7 +147,7 @@ async fn an_answer_that_does_not_match_the_batch_acknowledges_nothing() {
     }
     let d = delivery_with(
         Arc::new(Short),
-        RetryConfig::default(),
+        RetrySettings::default(),
         Arc::new(Stats::default()),
     );
     let err = d

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::tests::{delivery_with, keep_dead_letters, rows, rows_marked};
 use super::*;
-use crate::config::RetryConfig;
+use crate::config::RetrySettings;
 use crate::sink::ItemOutcome;
 use crate::sink::http::response::classify;
 
@@ -100,10 +100,10 @@ fn all_keys(n: usize) -> Vec<String> {
 }
 
 /// Few attempts, so that blaming the records for an outage would show at once.
-fn few_attempts() -> RetryConfig {
-    RetryConfig {
+fn few_attempts() -> RetrySettings {
+    RetrySettings {
         max_attempts: 3,
-        ..RetryConfig::default()
+        ..RetrySettings::default()
     }
 }
 

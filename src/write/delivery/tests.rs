@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::RetryConfig;
+use crate::config::RetrySettings;
 use crate::write::{WritePath, WriteSettings};
 use async_trait::async_trait;
 use std::sync::Mutex;
@@ -122,7 +122,7 @@ pub(super) fn rows_marked(n: usize, marked: &[usize], mark: &str) -> Vec<Row> {
 /// A delivery built as the worker builds one, with these retry settings.
 pub(super) fn delivery_with(
     sink: Arc<dyn Sink>,
-    retry: RetryConfig,
+    retry: RetrySettings,
     stats: Arc<Stats>,
 ) -> Arc<Delivery> {
     let settings = WriteSettings {
@@ -134,9 +134,9 @@ pub(super) fn delivery_with(
 
 fn delivery(sink: Arc<RuleSink>, max_attempts: u32) -> (Arc<Delivery>, Arc<Stats>) {
     let stats = Arc::new(Stats::default());
-    let retry = RetryConfig {
+    let retry = RetrySettings {
         max_attempts,
-        ..RetryConfig::default()
+        ..RetrySettings::default()
     };
     (delivery_with(sink, retry, stats.clone()), stats)
 }
@@ -386,7 +386,7 @@ async fn shutdown_during_an_outage_backoff_gives_the_batch_up() {
         }
     }
     let stats = Arc::new(Stats::default());
-    let d = delivery_with(Arc::new(Down), RetryConfig::default(), stats);
+    let d = delivery_with(Arc::new(Down), RetrySettings::default(), stats);
     let stopped = CancellationToken::new();
     let stop = stopped.clone();
     let started = tokio::time::Instant::now();

@@ -328,7 +328,7 @@ pub fn get(url: &str) -> String {
 
 /// `sim-sink` with `config`, on a runtime of its own that must outlive it.
 pub fn sim_sink(
-    config: sluice::sim_sink::SimSinkConfig,
+    config: sluice::sim_sink::SimSinkSettings,
 ) -> (tokio::runtime::Runtime, sluice::sim_sink::SimSink) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -110,7 +110,7 @@ pub fn sigterm(worker: &std::process::Child) {
 /// `sim-sink` taking up to 100,000 records a second (all a test sends), on a runtime of its
 /// own that must outlive it.
 pub fn accepting_sink() -> (tokio::runtime::Runtime, sluice::sim_sink::SimSink) {
-    super::sim_sink(sluice::sim_sink::SimSinkConfig::new(
+    super::sim_sink(sluice::sim_sink::SimSinkSettings::new(
         "127.0.0.1:0".parse().unwrap(),
         100_000.0,
     ))

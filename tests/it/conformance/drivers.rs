@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
-use sluice::sim_sink::{SimSink, SimSinkConfig};
+use sluice::sim_sink::{SimSink, SimSinkSettings};
 use sluice::sink::settings::SinkKind;
 use sqlx::Connection;
 
@@ -278,10 +278,10 @@ impl Emulated {
             .build()
             .unwrap();
         let sim = rt
-            .block_on(SimSink::start(SimSinkConfig {
+            .block_on(SimSink::start(SimSinkSettings {
                 bulk,
                 keep_documents: true,
-                ..SimSinkConfig::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0)
+                ..SimSinkSettings::new("127.0.0.1:0".parse().unwrap(), 1_000_000.0)
             }))
             .unwrap();
         Emulated { bulk, rt, sim }
