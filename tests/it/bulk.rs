@@ -404,7 +404,10 @@ async fn documents_refused_at_random_are_resent_without_draining_the_rate() {
     assert!(few >= 0.85 * none, "1%: {few:.0}/s against {none:.0}/s");
     // Drained, 20% ran at 4% of the unrefused rate; resent, at 37–60% (the low end with
     // other tests running beside it): a quarter tells the two apart on a busy machine.
-    assert!(fifth >= 0.25 * none, "20%: {fifth:.0}/s against {none:.0}/s");
+    assert!(
+        fifth >= 0.25 * none,
+        "20%: {fifth:.0}/s against {none:.0}/s"
+    );
     assert!(few_items < 1.03, "{few_items}");
     assert!(fifth_items < 1.3, "{fifth_items}");
 }
