@@ -13,4 +13,4 @@ wait "$tools"
 # The book: a page missing from docs/SUMMARY.md or a broken build fails here; links and
 # the generated reference are checked by tests/it/docs.rs.
 .venv/bin/mdbook build docs
-cargo test --no-fail-fast -- --test-threads="${SLUICE_TEST_THREADS:-4}"
+cargo test --no-fail-fast -- --test-threads="${SLUICE_TEST_THREADS:-2}"
