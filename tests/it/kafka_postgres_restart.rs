@@ -8,35 +8,12 @@
 use crate::kafka_pg_support;
 use crate::lease_fleet_support::Cluster;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kafka_pg_support::*;
 use sqlx::{Connection, PgConnection};
 
 const RECORDS: usize = 20_000;
-
-/// One integer from the scratch cluster.
-async fn count(url: &str, sql: &str) -> i64 {
-    let mut conn = PgConnection::connect(url)
-        .await
-        .expect("the scratch cluster is up");
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()))
-        .fetch_one(&mut conn)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-/// Polls until `sql` counts at least `n` on `url` (or `limit` passes); the last count.
-async fn wait_for(url: &str, sql: &str, n: i64, limit: Duration) -> i64 {
-    let started = Instant::now();
-    loop {
-        let c = count(url, sql).await;
-        if c >= n || started.elapsed() > limit {
-            return c;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// Starts the server again even if the test fails between stop and start.
 struct Restart<'a>(&'a Cluster);
@@ -70,11 +47,11 @@ async fn postgres_restarted_mid_run_loses_nothing() {
     let rows = format!("SELECT count(*) FROM {table}");
     let exists = format!("SELECT count(*) FROM pg_tables WHERE tablename = '{table}'");
     assert_eq!(
-        wait_for(&url, &exists, 1, Duration::from_secs(120)).await,
+        wait_for_count_at(&url, &exists, 1, Duration::from_secs(120)).await,
         1,
         "the worker never created {table}"
     );
-    let before = wait_for(&url, &rows, 3_000, Duration::from_secs(120)).await;
+    let before = wait_for_count_at(&url, &rows, 3_000, Duration::from_secs(120)).await;
     assert!(
         before < RECORDS as i64 - 5_000,
         "the outage should land mid-run: {before} rows"
@@ -108,7 +85,7 @@ async fn postgres_restarted_mid_run_loses_nothing() {
         s["dead_lettered"], 0,
         "an outage is not the records' fault: {s}"
     );
-    assert_eq!(count(&url, &rows).await, RECORDS as i64);
+    assert_eq!(pg_count_at(&url, &rows).await, RECORDS as i64);
     assert!(
         stderr(&out).contains("sink unavailable"),
         "the worker said why it waited: {}",

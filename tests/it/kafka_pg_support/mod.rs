@@ -190,7 +190,12 @@ pub async fn pg() -> PgConnection {
 
 /// One integer from PostgreSQL.
 pub async fn pg_count(sql: &str) -> i64 {
-    let mut conn = pg().await;
+    pg_count_at(&pg_url(), sql).await
+}
+
+/// One integer from the PostgreSQL at `url` (a test's own cluster).
+pub async fn pg_count_at(url: &str, sql: &str) -> i64 {
+    let mut conn = PgConnection::connect(url).await.expect("PostgreSQL is up");
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()))
         .fetch_one(&mut conn)
         .await
@@ -226,9 +231,14 @@ pub async fn clean_up(table: &str, topic: &str) {
 
 /// Polls until `sql` counts at least `n` (or `limit` passes); returns the last count.
 pub async fn wait_for_count(sql: &str, n: i64, limit: Duration) -> i64 {
+    wait_for_count_at(&pg_url(), sql, n, limit).await
+}
+
+/// As [`wait_for_count`], against the PostgreSQL at `url`.
+pub async fn wait_for_count_at(url: &str, sql: &str, n: i64, limit: Duration) -> i64 {
     let started = Instant::now();
     loop {
-        let count = pg_count(sql).await;
+        let count = pg_count_at(url, sql).await;
         if count >= n || started.elapsed() > limit {
             return count;
         }
