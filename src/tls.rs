@@ -148,9 +148,22 @@ pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
         .map_err(|e| format!("{} holds no usable PEM private key: {e}", path.display()))
 }
 
+/// Every HTTP client of the process starts here. reqwest is built without a crypto provider
+/// of its own (its default, aws-lc, is the costliest crate of a fresh build), so ring is
+/// installed as the process's provider first; a client built without it would panic.
+pub fn http_client() -> reqwest::ClientBuilder {
+    static PROVIDER: std::sync::Once = std::sync::Once::new();
+    PROVIDER.call_once(|| {
+        // Err only when a provider is installed already (lapin's or sqlx's first
+        // connection installs ring too): either way ring is the one in place.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder()
+}
+
 /// A server configuration from a certificate chain and its key (sim-sink's HTTPS).
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?

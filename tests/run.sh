@@ -9,8 +9,23 @@ scripts/manifest-tools.sh &
 tools=$!
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
+# A build without the optional queue clients (`--no-default-features`) keeps compiling.
+cargo clippy --no-default-features -- -D warnings
 wait "$tools"
 # The book: a page missing from docs/SUMMARY.md or a broken build fails here; links and
 # the generated reference are checked by tests/it/docs.rs.
 .venv/bin/mdbook build docs
-cargo test --no-fail-fast -- --test-threads="${SLUICE_TEST_THREADS:-2}"
+# The integration tests mostly wait on processes and services, so they run four at a
+# time, except the areas whose bounds are rates and ratios of a live sink: CPU contention
+# moves what they measure (at four at a time sink_limit's sent/delivered read 1.033
+# against its 1.03 bound, and bulk's refused-case share fell to 0.37), so they run
+# afterwards, two at a time, as every test used to. Every phase runs; the script fails at the end if any did.
+PACED=(sink_limit:: bulk:: bulk_answers:: rate_auto:: canary:: held_writes::
+  concurrency:: concurrency_scenarios:: kafka_postgres_bench::)
+SKIP=()
+for area in "${PACED[@]}"; do SKIP+=(--skip "$area"); done
+failed=0
+cargo test --no-fail-fast --lib --bins --bench scenarios -- --test-threads=2 || failed=1
+cargo test --no-fail-fast --test it -- --test-threads="${SLUICE_TEST_THREADS:-4}" "${SKIP[@]}" || failed=1
+cargo test --no-fail-fast --test it -- --test-threads=2 "${PACED[@]}" || failed=1
+exit "$failed"

@@ -207,7 +207,7 @@ impl Client {
 
 async fn drain(strategy: Strategy, url: String, limit: Limit, input: &str) -> Value {
     let client = Arc::new(Client {
-        http: reqwest::Client::new(),
+        http: sluice::tls::http_client().build().unwrap(),
         url,
         requests: AtomicU64::new(0),
         latency: LatencyHistogram::default(),

@@ -16,14 +16,14 @@ use sink::postgres;
 
 /// One thing `run` needs, and whether it is there.
 #[derive(Debug)]
-pub struct Probe {
-    /// What was probed, endpoint included (masked).
+pub struct Finding {
+    /// What was checked, endpoint included (masked).
     pub what: String,
     /// What was found: Ok with a note, or Err with the reason.
     pub result: Result<String, String>,
 }
 
-impl std::fmt::Display for Probe {
+impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let text = match &self.result {
             Ok(note) => format!("ok    {}: {note}", self.what),
@@ -33,23 +33,23 @@ impl std::fmt::Display for Probe {
     }
 }
 
-/// Runs every probe the configuration calls for, each bounded by `timeout`.
-pub async fn probe_all(config: &Config, timeout: Duration) -> Vec<Probe> {
-    let mut probes = Vec::new();
-    probes.extend(source::probes(&config.source, timeout).await);
-    probes.extend(sink::probes(config, timeout).await);
+/// Checks everything the configuration calls for, each bounded by `timeout`.
+pub async fn check_all(config: &Config, timeout: Duration) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    findings.extend(source::findings(&config.source, timeout).await);
+    findings.extend(sink::findings(config, timeout).await);
     if let Some(l) = &config.leases {
         let what = format!("lease store {}", l.store);
         if l.by_assignment() {
-            probes.push(Probe {
+            findings.push(Finding {
                 what,
                 result: Ok("the capacity follows the Kafka group's assignment".into()),
             });
         } else {
             let tables = crate::lease::postgres::tables();
             match within(timeout, postgres(&l.store, &tables)).await {
-                Ok(found) => probes.extend(found.probes(what, "")),
-                Err(e) => probes.push(Probe {
+                Ok(found) => findings.extend(found.findings(what, "")),
+                Err(e) => findings.push(Finding {
                     what,
                     result: Err(e),
                 }),
@@ -70,7 +70,7 @@ pub async fn probe_all(config: &Config, timeout: Duration) -> Vec<Probe> {
             }
         })
         .await;
-        probes.push(Probe {
+        findings.push(Finding {
             what: format!("health probe {}", probe.name()),
             result: reading,
         });
@@ -80,19 +80,19 @@ pub async fn probe_all(config: &Config, timeout: Duration) -> Vec<Probe> {
             Ok(_) => Ok("free".into()),
             Err(e) => Err(format!("cannot listen: {e}")),
         };
-        probes.push(Probe {
+        findings.push(Finding {
             what: format!("telemetry.listen {listen}"),
             result,
         });
     }
-    probes
+    findings
 }
 
-async fn within<T, F>(timeout: Duration, probe: F) -> Result<T, String>
+async fn within<T, F>(timeout: Duration, work: F) -> Result<T, String>
 where
     F: Future<Output = Result<T, String>>,
 {
-    match tokio::time::timeout(timeout, probe).await {
+    match tokio::time::timeout(timeout, work).await {
         Ok(result) => result,
         Err(_) => Err(format!(
             "no answer within {}",

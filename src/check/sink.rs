@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
-use super::{Probe, within, writable};
+use super::{Finding, within, writable};
 use crate::config::Config;
 use crate::redact::redact;
 use crate::sink::postgres::catalog::{self, JudgedTable, TableUse};
@@ -15,7 +15,7 @@ use crate::sink::postgres::sqlstate::describe;
 use crate::sink::postgres::tables::{Target, dead_letter_table};
 use crate::sink::settings::SinkKind;
 
-pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
+pub(super) async fn findings(config: &Config, timeout: Duration) -> Vec<Finding> {
     let sink = &config.sink;
     let urls: Vec<String> = if sink.urls.is_empty() && sink.discovery.file.is_none() {
         vec![sink.url.clone()]
@@ -28,20 +28,20 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
         match found {
             Ok(found) if !found.is_empty() => found.into_iter().map(|w| w.url).collect(),
             Ok(_) => {
-                return vec![Probe {
+                return vec![Finding {
                     what: "sink discovery".into(),
                     result: Err("found no endpoint".into()),
                 }];
             }
             Err(e) => {
-                return vec![Probe {
+                return vec![Finding {
                     what: "sink discovery".into(),
                     result: Err(e),
                 }];
             }
         }
     };
-    let mut probes = Vec::new();
+    let mut findings = Vec::new();
     // Some table is missing (or lacks columns): opening the sink would create it, which
     // check must not.
     let mut creates = false;
@@ -57,9 +57,9 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
                     } else {
                         String::new()
                     };
-                    probes.extend(found.probes(what, &at));
+                    findings.extend(found.findings(what, &at));
                 }
-                Err(e) => probes.push(Probe {
+                Err(e) => findings.push(Finding {
                     what,
                     result: Err(e),
                 }),
@@ -74,7 +74,7 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
             }
             SinkKind::Mysql => within(timeout, crate::sink::mysql::check(sink, &url)).await,
         };
-        probes.push(Probe {
+        findings.push(Finding {
             what: format!("sink {url}"),
             result,
         });
@@ -83,7 +83,7 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
     // prepares it, and creates what is missing: so only when nothing is. (MySQL's own
     // check prepares its statements without opening the sink.)
     let mapped = sink.columns().is_some() && sink.kind() == SinkKind::Postgres;
-    if mapped && !creates && probes.iter().all(|p| p.result.is_ok()) {
+    if mapped && !creates && findings.iter().all(|p| p.result.is_ok()) {
         let result = within(timeout, async {
             crate::sink::open(sink, &config.sink_opening())
                 .await
@@ -91,7 +91,7 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
                 .map_err(|e| e.to_string())
         })
         .await;
-        probes.push(Probe {
+        findings.push(Finding {
             what: format!("sink mapping into {}", sink.table),
             result,
         });
@@ -114,12 +114,12 @@ pub(super) async fn probes(config: &Config, timeout: Duration) -> Vec<Probe> {
             ),
             (None, None) => (String::new(), Err("set url or path".into())),
         };
-        probes.push(Probe {
+        findings.push(Finding {
             what: format!("dead-letter store {what}"),
             result,
         });
     }
-    probes
+    findings
 }
 
 /// A SQLite database: an existing file must be a database we may write; a missing one
@@ -161,14 +161,14 @@ pub(super) struct PgFindings {
 }
 
 impl PgFindings {
-    /// One probe for the connection (named `what`), one per table (`at` tells endpoints
+    /// One finding for the connection (named `what`), one per table (`at` tells endpoints
     /// apart when there are several).
-    pub(super) fn probes(self, what: String, at: &str) -> Vec<Probe> {
-        std::iter::once(Probe {
+    pub(super) fn findings(self, what: String, at: &str) -> Vec<Finding> {
+        std::iter::once(Finding {
             what,
             result: Ok(self.note),
         })
-        .chain(self.tables.into_iter().map(|(table, judged)| Probe {
+        .chain(self.tables.into_iter().map(|(table, judged)| Finding {
             what: format!("{table}{at}"),
             result: judged.verdict,
         }))
@@ -230,7 +230,7 @@ async fn http(config: &Config, url: &str, timeout: Duration) -> Result<String, S
     let configured = config.sink.headers().unwrap_or(&none);
     let headers = crate::sink::http::headers::build(configured, |v| std::env::var(v).ok())
         .map_err(|e| e.to_string())?;
-    let builder = reqwest::Client::builder()
+    let builder = crate::tls::http_client()
         .default_headers(headers)
         .timeout(timeout)
         .connect_timeout(timeout)
@@ -264,7 +264,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sqlite_probe_creates_no_file() {
+    fn sqlite_check_creates_no_file() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("out.db").display());
         let note = sqlite(&url).unwrap();

@@ -79,7 +79,13 @@ pub(super) async fn ctl(args: CtlArgs) -> u8 {
             }
         }
     };
-    let client = reqwest::Client::new();
+    let client = match crate::tls::http_client().build() {
+        Ok(client) => client,
+        Err(e) => {
+            say!("sluice: ctl: cannot build an HTTP client: {e}");
+            return EXIT_RUNTIME;
+        }
+    };
     let request = match &args.action {
         CtlAction::Pause => client.post(format!("{base}/control/pause")),
         CtlAction::Resume => client.post(format!("{base}/control/resume")),

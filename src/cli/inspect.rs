@@ -12,7 +12,7 @@ use crate::source;
 pub(super) struct CheckArgs {
     #[command(flatten)]
     config: ConfigArgs,
-    /// How long each probe may take.
+    /// How long each check may take.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
     timeout: std::time::Duration,
 }
@@ -63,15 +63,15 @@ pub(super) async fn check(args: CheckArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let probes = crate::check::probe_all(&config, args.timeout).await;
-    for probe in &probes {
-        say!("{probe}");
+    let findings = crate::check::check_all(&config, args.timeout).await;
+    for finding in &findings {
+        say!("{finding}");
     }
-    let failed = probes.iter().filter(|p| p.result.is_err()).count();
+    let failed = findings.iter().filter(|p| p.result.is_err()).count();
     if failed > 0 {
         say!(
             "sluice: configuration {origin} is valid, but {failed} of {} checks failed",
-            probes.len()
+            findings.len()
         );
         return EXIT_RUNTIME;
     }

@@ -12,7 +12,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use std::time::Duration;
 
 use super::{ProduceError, Publisher, Tally};
-use crate::source::kafka::settings;
+use crate::source::kafka::client;
 use crate::source::kafka::settings::KafkaSettings;
 
 /// Most messages awaiting their delivery report.
@@ -27,7 +27,7 @@ pub struct KafkaPublisher {
 
 impl KafkaPublisher {
     pub fn open(source: &KafkaSettings) -> Result<Self, ProduceError> {
-        let producer = settings::producer(source)
+        let producer = client::producer(source)
             .create()
             .map_err(|e| ProduceError::Queue(format!("kafka: cannot create the producer: {e}")))?;
         Ok(KafkaPublisher {

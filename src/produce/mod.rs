@@ -2,7 +2,9 @@
 //! and waits until the queue confirmed each one. This is how examples and tests load a
 //! queue; each queue kind brings its own [`Publisher`].
 
+#[cfg(feature = "amqp")]
 pub mod amqp;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 
 use std::path::Path;
@@ -13,12 +15,15 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use crate::config::Config;
 use crate::decode::Decoder;
 use crate::record::{Position, Record};
-use crate::source::settings::{SourceKind, SourceSettings};
+use crate::source::settings::SourceKind;
+#[cfg(any(feature = "kafka", feature = "amqp"))]
+use crate::source::settings::SourceSettings;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProduceError {
     #[error("cannot read the input: {0}")]
     Input(#[from] std::io::Error),
+    #[cfg(any(feature = "kafka", feature = "amqp"))]
     #[error("{0}")]
     Queue(String),
     #[error("source.kind = {0:?} is not a queue: nothing to produce to")]
@@ -35,6 +40,7 @@ pub struct Tally {
 }
 
 impl Tally {
+    #[cfg(any(feature = "kafka", feature = "amqp"))]
     pub fn fail(&mut self, error: impl std::fmt::Display) {
         self.failed += 1;
         self.first_error.get_or_insert_with(|| error.to_string());
@@ -54,7 +60,9 @@ pub trait Publisher: Send {
 /// The publisher for the configured source's queue.
 pub async fn open(config: &Config) -> Result<Box<dyn Publisher>, ProduceError> {
     match &config.source {
+        #[cfg(feature = "kafka")]
         SourceSettings::Kafka(s) => Ok(Box::new(kafka::KafkaPublisher::open(s)?)),
+        #[cfg(feature = "amqp")]
         SourceSettings::Amqp(s) => Ok(Box::new(amqp::AmqpPublisher::open(s).await?)),
         other => Err(ProduceError::NotAQueue(other.kind())),
     }

@@ -26,3 +26,12 @@ pub fn keys_of<T: schemars::JsonSchema>() -> Vec<String> {
         .map(|p| p.keys().cloned().collect())
         .unwrap_or_default()
 }
+
+/// Why a kind this build was compiled without cannot run: the key that names it gets this,
+/// so the configuration exits 2 before anything starts instead of failing at run time.
+#[cfg(not(all(feature = "kafka", feature = "amqp")))]
+pub fn not_built(feature: &str, what: &str) -> String {
+    format!(
+        "{what} is not in this build of sluice: build it with the `{feature}` feature (it is on by default: `cargo build --release --features {feature}`)"
+    )
+}

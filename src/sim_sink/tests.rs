@@ -23,7 +23,7 @@ fn batch(keys: &[&str]) -> Value {
 #[tokio::test]
 async fn stores_by_key_throttles_beyond_capacity_and_reports() {
     let sim = start(10, RetryAfterStyle::Millis).await;
-    let http = reqwest::Client::new();
+    let http = crate::tls::http_client().build().unwrap();
     let post = |body: Value| http.post(sim.ingest_url()).json(&body).send();
     let poison = json!([{"key": "p", "record": {"poison": true}}]);
     // Body bytes of the readable requests, in the order sent.
@@ -103,7 +103,7 @@ async fn stores_by_key_throttles_beyond_capacity_and_reports() {
 #[tokio::test]
 async fn ndjson_bodies_and_ratelimit_answers() {
     let sim = start(2, RetryAfterStyle::Ratelimit).await;
-    let http = reqwest::Client::new();
+    let http = crate::tls::http_client().build().unwrap();
     let body = "{\"key\":\"1\",\"record\":{}}\n{\"key\":\"2\",\"record\":{}}\n";
     let send = || {
         http.post(sim.ingest_url())
@@ -127,7 +127,7 @@ async fn ndjson_bodies_and_ratelimit_answers() {
 /// Requests of `keys.len()` records each until the first 429; returns the requests
 /// taken and the 429's headers.
 async fn until_throttled(sim: &SimSink, keys: usize) -> (u64, reqwest::header::HeaderMap) {
-    let http = reqwest::Client::new();
+    let http = crate::tls::http_client().build().unwrap();
     for taken in 0.. {
         let ids: Vec<String> = (0..keys).map(|k| format!("{taken:04}-{k:04}")).collect();
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
@@ -183,7 +183,9 @@ async fn the_bucket_counts_requests_or_body_bytes_and_the_policy_names_it() {
     // taken so far, at 2 B/s.
     let big: Vec<String> = (0..100).map(|k| format!("big-{k:05}")).collect();
     let big: Vec<&str> = big.iter().map(String::as_str).collect();
-    let r = reqwest::Client::new()
+    let r = crate::tls::http_client()
+        .build()
+        .unwrap()
         .post(sim.ingest_url())
         .json(&batch(&big))
         .send()
@@ -222,7 +224,7 @@ fn the_unit_flag_defaults_to_records() {
 #[tokio::test]
 async fn outages_answer_503_or_hold_the_request() {
     let sim = start(100, RetryAfterStyle::None).await;
-    let http = reqwest::Client::new();
+    let http = crate::tls::http_client().build().unwrap();
     let switch = |seconds: f64, mode: &str| {
         http.post(format!("http://{}/outage", sim.addr()))
             .json(&json!({"seconds": seconds, "mode": mode}))

@@ -250,7 +250,7 @@ impl Sink for BalancedSink {
 
     /// Ready while any endpoint could take a write now: not set aside as down, and its own
     /// probe passes. The endpoints are probed together: the first to pass answers.
-    async fn probe(&self) -> Result<(), String> {
+    async fn ping(&self) -> Result<(), String> {
         let now = Instant::now();
         let endpoints: Vec<(String, Arc<dyn Sink>, bool)> = {
             let inner = self.inner();
@@ -268,7 +268,7 @@ impl Sink for BalancedSink {
                 if down {
                     Err(format!("{name}: down"))
                 } else {
-                    sink.probe().await.map_err(|err| format!("{name}: {err}"))
+                    sink.ping().await.map_err(|err| format!("{name}: {err}"))
                 }
             })
             .collect();

@@ -91,7 +91,7 @@ impl HttpSink {
         let timeout = transport.timeout;
         let headers = headers::build(&transport.headers, |var| std::env::var(var).ok())
             .map_err(|e| fail(e.to_string()))?;
-        let builder = reqwest::Client::builder()
+        let builder = crate::tls::http_client()
             .default_headers(headers)
             .timeout(timeout)
             .connect_timeout(timeout)
@@ -369,7 +369,7 @@ impl Sink for HttpSink {
     /// Ready when a write could succeed now: the last write did not find the sink out of
     /// service, and the endpoint answers a HEAD request in time with anything but a 5xx,
     /// a 429 or a redirect (an ingest endpoint may well refuse HEAD itself: it answered).
-    async fn probe(&self) -> Result<(), String> {
+    async fn ping(&self) -> Result<(), String> {
         if let Some(reason) = crate::lock::lock(&self.outage).clone() {
             return Err(format!("the last write failed: {reason}"));
         }

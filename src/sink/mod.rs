@@ -210,7 +210,7 @@ pub trait Sink: Send + Sync {
     async fn write(&self, rows: &[Row]) -> WriteOutcome;
 
     /// Checks that the sink answers (for readiness): a trivial query, a HEAD request.
-    async fn probe(&self) -> Result<(), String> {
+    async fn ping(&self) -> Result<(), String> {
         Ok(())
     }
 
@@ -336,7 +336,7 @@ async fn open_endpoint(
 }
 
 /// Readiness of a database sink: a trivial query through its pool.
-pub async fn probe_pool<'c, E>(pool: E) -> Result<(), String>
+pub async fn ping_pool<'c, E>(pool: E) -> Result<(), String>
 where
     E: sqlx::Executor<'c>,
 {

@@ -151,8 +151,8 @@ impl Sink for SqliteSink {
         }
     }
 
-    async fn probe(&self) -> Result<(), String> {
-        super::probe_pool(&self.pool).await
+    async fn ping(&self) -> Result<(), String> {
+        super::ping_pool(&self.pool).await
     }
 
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {

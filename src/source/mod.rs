@@ -151,9 +151,11 @@ pub async fn open(
             }
             Ok(Box::new(source))
         }
+        #[cfg(feature = "amqp")]
         SourceSettings::Amqp(settings) => Ok(Box::new(
             amqp::AmqpSource::open(settings, opening, at_start).await?,
         )),
+        #[cfg(feature = "kafka")]
         SourceSettings::Kafka(settings) => {
             let mut source = kafka::KafkaSource::open(settings, follow).await?;
             if at_start {
@@ -164,6 +166,12 @@ pub async fn open(
             }
             Ok(Box::new(source))
         }
+        // Refused by the settings' validation before anything opens.
+        #[cfg(not(all(feature = "kafka", feature = "amqp")))]
+        other => Err(SourceError::Refused(format!(
+            "source.kind = {:?} is not in this build",
+            other.kind()
+        ))),
     }
 }
 
@@ -180,6 +188,7 @@ pub async fn inspect_backlog(
     settings: &SourceSettings,
     opening: &Opening,
 ) -> Result<BacklogReport, SourceError> {
+    #[cfg(feature = "amqp")]
     if let SourceSettings::Amqp(amqp) = settings {
         let depth = amqp::inspect(amqp).await?;
         return Ok(BacklogReport {

@@ -97,7 +97,7 @@ async fn ready(State(s): State<Shared>) -> (StatusCode, String) {
             "dead-letter store failing\n".into(),
         );
     }
-    match tokio::time::timeout(Duration::from_secs(2), s.sink.probe()).await {
+    match tokio::time::timeout(Duration::from_secs(2), s.sink.ping()).await {
         Ok(Ok(())) => (StatusCode::OK, "ready\n".into()),
         Ok(Err(e)) => (
             StatusCode::SERVICE_UNAVAILABLE,

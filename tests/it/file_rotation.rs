@@ -341,7 +341,9 @@ fn rename_then_copytruncate_of_the_new_file_loses_nothing() {
 /// GET `path` on the worker's telemetry port.
 fn get(port: u16, path: &str) -> String {
     rt().block_on(async {
-        reqwest::get(format!("http://127.0.0.1:{port}{path}"))
+        crate::common::http()
+            .get(format!("http://127.0.0.1:{port}{path}"))
+            .send()
             .await
             .unwrap()
             .text()

@@ -14,7 +14,7 @@ use common::*;
 /// POSTs to `url` without a token: the status and the body.
 fn post(url: &str) -> (u16, String) {
     block_on(async {
-        let r = reqwest::Client::new().post(url).send().await.unwrap();
+        let r = crate::common::http().post(url).send().await.unwrap();
         (r.status().as_u16(), r.text().await.unwrap_or_default())
     })
 }

@@ -267,7 +267,7 @@ fn control(port: u16, path: &str, body: Vec<u8>) -> (u16, String) {
         .build()
         .unwrap();
     rt.block_on(async {
-        let r = reqwest::Client::new()
+        let r = crate::common::http()
             .post(format!("http://127.0.0.1:{port}/control/{path}"))
             .header("content-type", "application/json")
             .body(body)

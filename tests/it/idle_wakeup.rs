@@ -161,7 +161,9 @@ impl Case {
 
 /// One gauge of a worker's /metrics, if it answers.
 async fn gauge(port: u16, name: &str) -> Option<f64> {
-    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+    let text = crate::common::http()
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
         .await
         .ok()?
         .text()

@@ -10,7 +10,9 @@ use kafka_pg_support::*;
 
 /// The worker's current rate from its /metrics, if it answers.
 async fn rate(port: u16) -> Option<f64> {
-    let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+    let text = crate::common::http()
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
         .await
         .ok()?
         .text()

@@ -30,7 +30,11 @@ use sluice::sim_sink::{LatencyModel, SimSink, SimSinkSettings};
 /// GET `http://127.0.0.1:{port}/readyz`: its status (0 if unreachable) and body.
 fn readyz(port: u16) -> (u16, String) {
     block_on(async {
-        match reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await {
+        match crate::common::http()
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+        {
             Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
             Err(_) => (0, String::new()),
         }

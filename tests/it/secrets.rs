@@ -98,7 +98,7 @@ fn get(url: &str) -> (u16, String) {
         .build()
         .unwrap();
     rt.block_on(async {
-        match reqwest::get(url).await {
+        match crate::common::http().get(url).send().await {
             Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
             Err(_) => (0, String::new()),
         }

@@ -181,7 +181,7 @@ async fn ready_only_while_an_endpoint_could_take_a_write() {
         async fn write(&self, _: &[Row]) -> WriteOutcome {
             WriteOutcome::Unavailable("refused".into())
         }
-        async fn probe(&self) -> Result<(), String> {
+        async fn ping(&self) -> Result<(), String> {
             if self.0.is_err() {
                 std::future::pending::<()>().await;
             }
@@ -212,10 +212,10 @@ async fn ready_only_while_an_endpoint_could_take_a_write() {
         None,
         outage(max_pause),
     );
-    let ready = tokio::time::timeout(Duration::from_secs(1), s.probe()).await;
+    let ready = tokio::time::timeout(Duration::from_secs(1), s.ping()).await;
     assert_eq!(ready, Ok(Ok(())));
     // Its probe passes, but every write to it was refused: it is down, so not ready.
     let _ = s.write(&rows()).await;
-    let ready = tokio::time::timeout(Duration::from_secs(1), s.probe()).await;
+    let ready = tokio::time::timeout(Duration::from_secs(1), s.ping()).await;
     assert!(matches!(ready, Err(_) | Ok(Err(_))), "{ready:?}");
 }

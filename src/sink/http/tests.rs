@@ -60,7 +60,7 @@ async fn outcomes_against_the_emulator() {
     )
     .await
     .unwrap();
-    assert_eq!(sink.probe().await, Ok(()), "HEAD answered (405): ready");
+    assert_eq!(sink.ping().await, Ok(()), "HEAD answered (405): ready");
     assert_eq!(
         sink.write(&rows(&["a", "b", "c"])).await,
         WriteOutcome::Written {
@@ -104,14 +104,14 @@ async fn outcomes_against_the_emulator() {
             ..
         }
     ));
-    let not_ready = sink.probe().await.unwrap_err();
+    let not_ready = sink.ping().await.unwrap_err();
     assert!(not_ready.contains("HTTP 503"), "{not_ready}");
     sim.outage(Duration::from_secs(30), OutageMode::Hang);
     assert!(matches!(
         sink.write(&rows(&["x"])).await,
         WriteOutcome::Unavailable(reason) if reason.contains("timed out")
     ));
-    assert!(sink.probe().await.is_err(), "hung: not ready");
+    assert!(sink.ping().await.is_err(), "hung: not ready");
     sim.outage(Duration::ZERO, OutageMode::Unavailable);
     sim.stop().await.unwrap();
 }
@@ -128,12 +128,12 @@ async fn unreachable_endpoint_is_unavailable() {
     )
     .await
     .unwrap();
-    assert!(sink.probe().await.is_err(), "refused: not ready");
+    assert!(sink.ping().await.is_err(), "refused: not ready");
     assert!(matches!(
         sink.write(&rows(&["a"])).await,
         WriteOutcome::Unavailable(_)
     ));
-    assert!(sink.probe().await.is_err());
+    assert!(sink.ping().await.is_err());
 }
 
 #[tokio::test]

@@ -20,13 +20,13 @@ pub async fn check(sink: &SinkSettings, url: &str) -> Result<String, String> {
     let mut conn = MySqlConnection::connect_with(&options)
         .await
         .map_err(|e| format!("cannot connect: {}", connect_error(&e)))?;
-    let result = probe(&mut conn, sink).await;
+    let result = table_rights(&mut conn, sink).await;
     let tls = tls(&mut conn, &options).await;
     let _ = conn.close().await;
     Ok(format!("answers {}; {}", tls?, result?))
 }
 
-async fn probe(conn: &mut MySqlConnection, sink: &SinkSettings) -> Result<String, String> {
+async fn table_rights(conn: &mut MySqlConnection, sink: &SinkSettings) -> Result<String, String> {
     let quoted = backtick(&sink.table);
     let mut notes = Vec::new();
     let mut creates = Vec::new();

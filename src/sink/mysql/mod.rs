@@ -390,8 +390,8 @@ fn connect_error(err: &sqlx::Error) -> String {
 
 #[async_trait]
 impl Sink for MysqlSink {
-    async fn probe(&self) -> Result<(), String> {
-        super::probe_pool(&self.pool).await
+    async fn ping(&self) -> Result<(), String> {
+        super::ping_pool(&self.pool).await
     }
 
     async fn write(&self, rows: &[Row]) -> WriteOutcome {

@@ -416,8 +416,8 @@ fn is_unique_violation(err: &sqlx::Error) -> bool {
 
 #[async_trait]
 impl Sink for PostgresSink {
-    async fn probe(&self) -> Result<(), String> {
-        super::probe_pool(&self.pool).await
+    async fn ping(&self) -> Result<(), String> {
+        super::ping_pool(&self.pool).await
     }
 
     async fn write(&self, rows: &[Row]) -> WriteOutcome {

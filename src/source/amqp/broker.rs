@@ -5,7 +5,7 @@ use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
 
-use super::AmqpError;
+use super::consumer::AmqpError;
 use super::settings::AmqpSettings;
 use crate::source::SourceError;
 

@@ -62,6 +62,11 @@ impl AmqpSettings {
     }
 
     pub(crate) fn validate(&self, p: &mut Problems) {
+        #[cfg(not(feature = "amqp"))]
+        p.add(
+            "source.kind",
+            crate::settings::not_built("amqp", "the AMQP source"),
+        );
         let url = self.url.as_deref().unwrap_or("");
         if !(url.starts_with("amqp://") || url.starts_with("amqps://")) {
             p.add(

@@ -10,8 +10,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::client;
 use super::context::ReaderContext;
-use super::settings;
 use super::settings::KafkaSettings;
 use crate::source::SourceError;
 
@@ -22,7 +22,7 @@ fn fail(what: &str, e: impl std::fmt::Display) -> SourceError {
 /// Records between the group's committed offsets and the ends of the topic's partitions.
 /// Blocking: run it off the async threads.
 pub fn count(source: &KafkaSettings, timeout: Duration) -> Result<u64, SourceError> {
-    let consumer: BaseConsumer<ReaderContext> = settings::consumer(source)
+    let consumer: BaseConsumer<ReaderContext> = client::consumer(source)
         .create_with_context(ReaderContext)
         .map_err(|e| fail("cannot create a consumer", e))?;
     let result = count_with(&consumer, source, timeout);

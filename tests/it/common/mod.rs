@@ -316,10 +316,15 @@ pub fn poll(within: std::time::Duration, what: &str, mut done: impl FnMut() -> b
     }
 }
 
+/// An HTTP client as the worker builds them (reqwest has no crypto provider of its own).
+pub fn http() -> reqwest::Client {
+    sluice::tls::http_client().build().unwrap()
+}
+
 /// The body of a GET to `url`; empty when it cannot be reached.
 pub fn get(url: &str) -> String {
     block_on(async {
-        match reqwest::get(url).await {
+        match http().get(url).send().await {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         }

@@ -247,7 +247,7 @@ pub fn get(url: &str) -> (u16, String) {
         .build()
         .unwrap();
     rt.block_on(async {
-        let client = reqwest::Client::builder()
+        let client = sluice::tls::http_client()
             .timeout(Duration::from_secs(5))
             .build()
             .unwrap();

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
 
-use super::context::lock;
 use super::{FIRST_FETCH_WAIT, KafkaSource, METADATA_TIMEOUT, fail};
 use crate::source::SourceError;
+use crate::source::kafka::context::lock;
 
 impl KafkaSource {
     /// Takes every partition of the topic by direct assignment, without joining the group

@@ -4,7 +4,7 @@
 use rdkafka::consumer::Consumer;
 
 use super::KafkaSource;
-use super::context::lock;
+use crate::source::kafka::context::lock;
 
 impl KafkaSource {
     /// Stops each partition at its end offset as the broker reports it in the first fetch
