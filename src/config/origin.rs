@@ -16,13 +16,13 @@ pub const FILE_NAME: &str = "sluice.toml";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConfigOrigin {
-    File { path: PathBuf, found: Found },
+    File { path: PathBuf, found: FoundBy },
     BuiltIn,
 }
 
 /// How a configuration file was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Found {
+pub enum FoundBy {
     Flag,
     WorkingDirectory,
     UserDirectory,
@@ -34,7 +34,7 @@ impl ConfigOrigin {
     pub fn file(path: &Path) -> Self {
         ConfigOrigin::File {
             path: path.to_path_buf(),
-            found: Found::Flag,
+            found: FoundBy::Flag,
         }
     }
 
@@ -51,11 +51,14 @@ impl ConfigOrigin {
             return Self::file(path);
         }
         let candidates = [
-            (Some(PathBuf::from(FILE_NAME)), Found::WorkingDirectory),
-            (user_dir().map(|d| d.join(FILE_NAME)), Found::UserDirectory),
+            (Some(PathBuf::from(FILE_NAME)), FoundBy::WorkingDirectory),
+            (
+                user_dir().map(|d| d.join(FILE_NAME)),
+                FoundBy::UserDirectory,
+            ),
             (
                 Some(Path::new("/etc/sluice").join(FILE_NAME)),
-                Found::SystemDirectory,
+                FoundBy::SystemDirectory,
             ),
         ];
         candidates
@@ -86,10 +89,10 @@ impl std::fmt::Display for ConfigOrigin {
         match self {
             ConfigOrigin::File { path, found } => {
                 let how = match found {
-                    Found::Flag => "--config",
-                    Found::WorkingDirectory => "found in the working directory",
-                    Found::UserDirectory => "found in the user's config directory",
-                    Found::SystemDirectory => "found in the system's config directory",
+                    FoundBy::Flag => "--config",
+                    FoundBy::WorkingDirectory => "found in the working directory",
+                    FoundBy::UserDirectory => "found in the user's config directory",
+                    FoundBy::SystemDirectory => "found in the system's config directory",
                 };
                 write!(f, "{} ({how})", path.display())
             }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::documents::Stored;
 use super::overload::Answer;
-use super::server::Shared;
+use super::server::SinkState;
 use crate::lock::lock;
 
 /// One action of the request: its name, index, id and source.
@@ -28,7 +28,7 @@ struct Action {
     source: Value,
 }
 
-pub async fn bulk(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
+pub async fn bulk(State(s): State<Arc<SinkState>>, body: Bytes) -> Response {
     let Some(in_progress) = s.begin().await else {
         return (StatusCode::SERVICE_UNAVAILABLE, "outage").into_response();
     };

@@ -94,7 +94,7 @@ impl SimSinkSettings {
 }
 
 /// Counts each connection the listener accepts.
-fn counter<Io>(shared: Arc<server::Shared>) -> impl FnMut(&mut Io) + Send + 'static {
+fn counter<Io>(shared: Arc<server::SinkState>) -> impl FnMut(&mut Io) + Send + 'static {
     move |_| shared.ledger().connected()
 }
 
@@ -103,7 +103,7 @@ pub struct SimSink {
     addr: SocketAddr,
     /// "http", or "https" when started with a certificate.
     scheme: &'static str,
-    shared: Arc<server::Shared>,
+    shared: Arc<server::SinkState>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -127,7 +127,7 @@ impl SimSink {
     ) -> std::io::Result<SimSink> {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(server::Shared::new(&config));
+        let shared = Arc::new(server::SinkState::new(&config));
         let app = server::router(shared.clone(), config.bulk);
         let (stop, stopped) = oneshot::channel::<()>();
         let stopped = async {

@@ -27,7 +27,7 @@ use super::overload::{Answer, Overload};
 use super::{RetryAfterStyle, SimSinkSettings};
 use crate::lock::lock;
 
-pub struct Shared {
+pub struct SinkState {
     started: Instant,
     overload: Overload,
     /// Set when the emulator stops: requests it is not answering (dropped) end.
@@ -47,9 +47,9 @@ pub struct Shared {
     in_progress: AtomicU64,
 }
 
-impl Shared {
+impl SinkState {
     pub fn new(config: &SimSinkSettings) -> Self {
-        Shared {
+        SinkState {
             started: Instant::now(),
             overload: Overload {
                 latency: config.latency,
@@ -98,7 +98,7 @@ impl Shared {
     }
 }
 
-impl Shared {
+impl SinkState {
     /// Counts a request in progress and meets an outage if one is on: `None` then (after
     /// holding the request to the outage's end, in `hang` mode), to be answered 503.
     pub async fn begin(&self) -> Option<InProgress<'_>> {
@@ -141,7 +141,7 @@ impl Shared {
     }
 }
 
-pub fn router(shared: Arc<Shared>, bulk: bool) -> Router {
+pub fn router(shared: Arc<SinkState>, bulk: bool) -> Router {
     let router = if bulk {
         Router::new()
             .route("/_bulk", post(super::bulk::bulk))
@@ -169,7 +169,7 @@ impl Drop for InProgress<'_> {
     }
 }
 
-async fn ingest(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn ingest(State(s): State<Arc<SinkState>>, headers: HeaderMap, body: Bytes) -> Response {
     let Some(in_progress) = s.begin().await else {
         return (StatusCode::SERVICE_UNAVAILABLE, "outage").into_response();
     };
@@ -310,11 +310,11 @@ fn throttled(wait: Duration, style: RetryAfterStyle, quota: f64, unit: BucketUni
     response
 }
 
-async fn documents(State(s): State<Arc<Shared>>) -> Json<Vec<Stored>> {
+async fn documents(State(s): State<Arc<SinkState>>) -> Json<Vec<Stored>> {
     Json(s.documents().map_or_else(Vec::new, Documents::all))
 }
 
-async fn stats(State(s): State<Arc<Shared>>) -> Json<SimStats> {
+async fn stats(State(s): State<Arc<SinkState>>) -> Json<SimStats> {
     Json(s.ledger().stats())
 }
 
@@ -325,7 +325,7 @@ struct OutageRequest {
     mode: OutageMode,
 }
 
-async fn outage(State(s): State<Arc<Shared>>, Json(req): Json<OutageRequest>) -> Response {
+async fn outage(State(s): State<Arc<SinkState>>, Json(req): Json<OutageRequest>) -> Response {
     match Duration::try_from_secs_f64(req.seconds) {
         Ok(length) => {
             s.set_outage(length, req.mode);

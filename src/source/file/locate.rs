@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::identity::{FileId, fingerprint, read_head};
 
 /// A file found, opened, with its head read.
-pub struct Found {
+pub struct OpenedFile {
     pub path: PathBuf,
     pub file: std::fs::File,
     pub id: FileId,
@@ -45,7 +45,11 @@ pub struct Directory<'a> {
 
 impl Directory<'_> {
     /// The file with this identity, if it still holds the content wanted.
-    pub fn by_identity(&self, id: FileId, wanted: &WantedFile) -> std::io::Result<Option<Found>> {
+    pub fn by_identity(
+        &self,
+        id: FileId,
+        wanted: &WantedFile,
+    ) -> std::io::Result<Option<OpenedFile>> {
         let mut files = self.files()?;
         files.retain(|(_, meta)| FileId::of(meta) == id);
         Ok(files.into_iter().find_map(|(p, _)| open_if(&p, wanted)))
@@ -68,7 +72,7 @@ impl Directory<'_> {
         &self,
         wanted: &WantedFile,
         exclude: &[FileId],
-    ) -> std::io::Result<Option<Found>> {
+    ) -> std::io::Result<Option<OpenedFile>> {
         if wanted.covered == 0 {
             return Ok(None);
         }
@@ -108,14 +112,14 @@ impl Directory<'_> {
     }
 }
 
-fn open_if(path: &Path, wanted: &WantedFile) -> Option<Found> {
+fn open_if(path: &Path, wanted: &WantedFile) -> Option<OpenedFile> {
     let file = std::fs::File::open(path).ok()?;
     let meta = file.metadata().ok()?;
     if meta.len() < wanted.len {
         return None;
     }
     let head = read_head(&file).ok()?;
-    wanted.matches(meta.len(), &head).then(|| Found {
+    wanted.matches(meta.len(), &head).then(|| OpenedFile {
         path: path.to_path_buf(),
         id: FileId::of(&meta),
         file,
