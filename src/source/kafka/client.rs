@@ -77,15 +77,7 @@ fn apply_properties(config: &mut ClientConfig, source: &KafkaSettings, skip: &[(
 mod tests {
     use super::*;
     use crate::source::kafka::settings::PropertyValue;
-
-    fn kafka() -> KafkaSettings {
-        KafkaSettings {
-            brokers: Some("127.0.0.1:9092".into()),
-            topic: Some("orders".into()),
-            group: Some("sluice".into()),
-            ..Default::default()
-        }
-    }
+    use crate::source::kafka::settings::tests::{checked, kafka};
 
     #[test]
     fn a_complete_source_passes_and_keeps_our_guarantees() {
@@ -93,6 +85,7 @@ mod tests {
         source
             .properties
             .insert("session.timeout.ms".into(), PropertyValue::Integer(10_000));
+        checked(&source).unwrap();
         let config = consumer(&source);
         assert_eq!(config.get("enable.auto.commit"), Some("false"));
         assert_eq!(config.get("enable.partition.eof"), Some("true"));

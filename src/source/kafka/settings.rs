@@ -192,10 +192,11 @@ fn validate_topic(topic: &str) -> Result<(), String> {
 }
 
 #[cfg(all(test, feature = "kafka"))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn kafka() -> KafkaSettings {
+    /// A complete Kafka source, for tests to change one key of.
+    pub(crate) fn kafka() -> KafkaSettings {
         KafkaSettings {
             brokers: Some("127.0.0.1:9092".into()),
             topic: Some("orders".into()),
@@ -205,7 +206,7 @@ mod tests {
         }
     }
 
-    fn checked(source: &KafkaSettings) -> Result<(), ConfigError> {
+    pub(crate) fn checked(source: &KafkaSettings) -> Result<(), ConfigError> {
         let mut p = Problems::default();
         source.validate(&mut p);
         p.into_result()
