@@ -21,7 +21,8 @@ wait "$tools"
 # against its 1.03 bound, and bulk's refused-case share fell to 0.37), so they run
 # afterwards, two at a time, as every test used to. kafka_direct_bounds and upsert joined
 # them after failing at four (the first fetch's bounds came after 1,521 later records;
-# a kill that forced no redelivery), each passing at two. Every phase runs; the script fails at the end if any did.
+# a kill that forced no redelivery), each passing at two.
+# Every phase runs; the script fails at the end if any did.
 PACED=(sink_limit:: bulk:: bulk_answers:: rate_auto:: canary:: held_writes::
   concurrency:: concurrency_scenarios:: kafka_postgres_bench:: kafka_direct_bounds:: upsert::)
 # The first contact with a `_bulk` queue of unknown depth (what #45 is about) read 1.15
