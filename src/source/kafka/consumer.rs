@@ -134,6 +134,21 @@ impl KafkaSource {
         Ok(())
     }
 
+    /// What a pull or a watch does with an error from the stream: the end of a partition
+    /// is noted (and bounds it under `--until-empty`), a fatal one stops the source, any
+    /// other is logged and the stream read on.
+    fn consumer_error(&self, e: KafkaError) -> Result<(), SourceError> {
+        match e {
+            KafkaError::PartitionEOF(partition) => {
+                self.take_bound(partition, None);
+                lock(&self.assignment).reached_end(partition);
+            }
+            e @ KafkaError::MessageConsumptionFatal(_) => return Err(fail("consumer failed", e)),
+            e => tracing::warn!("kafka: {e}"),
+        }
+        Ok(())
+    }
+
     /// Turns a fetched message into a record, or `None` if its partition is not ours.
     fn admit(&self, message: &BorrowedMessage<'_>) -> Option<Record> {
         let partition = message.partition();
@@ -312,14 +327,7 @@ impl Source for KafkaSource {
                         }
                     }
                 },
-                Err(KafkaError::PartitionEOF(partition)) => {
-                    self.take_bound(partition, None);
-                    lock(&self.assignment).reached_end(partition);
-                }
-                Err(e @ KafkaError::MessageConsumptionFatal(_)) => {
-                    return Err(fail("consumer failed", e));
-                }
-                Err(e) => tracing::warn!("kafka: {e}"),
+                Err(e) => self.consumer_error(e)?,
             }
         }
         drop(stream);
@@ -357,14 +365,7 @@ impl Source for KafkaSource {
                             break;
                         }
                     }
-                    Err(KafkaError::PartitionEOF(partition)) => {
-                        self.take_bound(partition, None);
-                        lock(&self.assignment).reached_end(partition);
-                    }
-                    Err(e @ KafkaError::MessageConsumptionFatal(_)) => {
-                        return Err(fail("consumer failed", e));
-                    }
-                    Err(e) => tracing::warn!("kafka: {e}"),
+                    Err(e) => self.consumer_error(e)?,
                 }
             }
         }
