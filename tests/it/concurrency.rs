@@ -192,14 +192,15 @@ fn gradient2_from_32_past_a_knee_of_2_does_not_stall() {
         k: 1.0,
         timeout: "10s",
     };
-    let records = 4_000;
+    let records = 2_000;
     let gradient2 = "algorithm = \"gradient2\"\nmax = 64\ninitial = 32";
-    // The stall this guards against shows in its first 10 s timeout: a quarter of the
-    // records is enough to see it (4,000 took 87 s without cuts, mostly stalled).
+    // The stall this guards against: 1,000 records without cuts took 54 s, mostly stalled
+    // (its longest gap 10.8 s; 3.4 s in its first 20 s), so twice as many records with
+    // cuts would show the stall if cuts stopped working (2,000 took 18 s; 4,000 took 29 s).
     let old = drain_into(
         &sink,
         &format!("{gradient2}\ncut_overdue = false"),
-        records / 4,
+        records / 2,
         Duration::from_secs(120),
     );
     let new = drain_into(&sink, gradient2, records, Duration::from_secs(120));

@@ -185,7 +185,9 @@ fn three_workers_share_the_pool_without_exceeding_it() {
     let sim = Emulator::start();
     let dir = tempfile::tempdir().unwrap();
     let queue = unique("sluice_lease_share");
-    amqp_publish(&queue, 30_000);
+    // 25 s at the pool's 600 rec/s: the first 3 s to settle, then ~20 s of steady shares.
+    let total = 15_000;
+    amqp_publish(&queue, total as usize);
     config(dir.path(), &queue, &unique("pool"), 5432, 0.0, &sim.url());
     let workers: Vec<Child> = (0..3).map(|_| worker(dir.path(), true)).collect();
     let mut shares = Vec::new();
@@ -194,9 +196,12 @@ fn three_workers_share_the_pool_without_exceeding_it() {
         assert!(out.status.success(), "{}", stderr(&out));
         shares.push(summary(&out)["written"].as_i64().unwrap());
     }
-    assert_eq!(shares.iter().sum::<i64>(), 30_000, "{shares:?}");
+    assert_eq!(shares.iter().sum::<i64>(), total, "{shares:?}");
     for s in &shares {
-        assert!(*s >= 4_500, "every worker writes at least 15%: {shares:?}");
+        assert!(
+            *s >= total * 15 / 100,
+            "every worker writes at least 15%: {shares:?}"
+        );
     }
     let windows = sim.windows();
     let start = first_busy(&windows);
@@ -278,13 +283,13 @@ fn an_unreachable_store_drops_every_worker_to_its_reserved_rate_and_back() {
         &sim.url(),
     );
     let workers: Vec<Child> = (0..3).map(|_| worker(dir.path(), false)).collect();
-    std::thread::sleep(Duration::from_secs(8));
+    std::thread::sleep(Duration::from_secs(6));
     let cut_at = sim.windows().len();
     relay.cut();
-    std::thread::sleep(Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(13));
     let restored_at = sim.windows().len();
     relay.restore();
-    std::thread::sleep(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(8));
     for w in workers {
         let out = stop(w);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -294,7 +299,7 @@ fn an_unreachable_store_drops_every_worker_to_its_reserved_rate_and_back() {
     eprintln!("accepted per 1 s (sliding by 200 ms): {seconds:?}");
     // From ttl + 1 s after the cut until the store is back: 3 workers × 20 rec/s reserved.
     let during = &seconds[cut_at + 5 * 5..restored_at - 5];
-    assert!(during.len() >= 40, "{seconds:?}");
+    assert!(during.len() >= 30, "{seconds:?}");
     assert!(
         during.iter().all(|&n| n <= 3 * 20 + 10),
         "rate fell to 3 × reserved within ttl: {during:?}"
