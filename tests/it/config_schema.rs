@@ -3,14 +3,19 @@
 //! configs), the ones the Kubernetes ConfigMap carries, and — keys and types, not
 //! completeness — the TOML examples of the README and the book (blocks opened with a bare
 //! ```toml; other TOML, such as Taplo's own settings, is opened as ```toml NAME).
+//!
+//! The validator is Python's `jsonschema` (pinned by `scripts/manifest-tools.sh`), an
+//! implementation independent of the one that writes the schema, as an editor's is.
 
 use crate::common;
+use crate::kubernetes_support::tool;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn schema() -> Value {
     sluice::config::schema::json()
@@ -22,12 +27,57 @@ fn to_json(toml_text: &str, origin: &str) -> Value {
     serde_json::to_value(value).unwrap()
 }
 
-/// Every problem the schema finds in `config`, one a line.
-fn problems(validator: &jsonschema::Validator, config: &Value) -> Vec<String> {
-    validator
-        .iter_errors(config)
-        .map(|e| format!("{}: {e}", e.instance_path()))
-        .collect()
+/// Checks configurations against one schema.
+struct Validator {
+    schema: Value,
+}
+
+/// Reads `{"schema", "instances"}`, checks the schema itself, and prints for each
+/// instance the list of its problems as `path: message`.
+const VALIDATE: &str = r#"
+import json, sys
+from jsonschema.validators import validator_for
+job = json.load(sys.stdin)
+cls = validator_for(job["schema"])
+cls.check_schema(job["schema"])
+v = cls(job["schema"])
+print(json.dumps([
+    ["/" + "/".join(map(str, e.absolute_path)) + ": " + e.message for e in v.iter_errors(i)]
+    for i in job["instances"]
+]))
+"#;
+
+impl Validator {
+    fn new(schema: Value) -> Self {
+        Validator { schema }
+    }
+
+    /// Every problem the schema finds in each of `configs`, in their order.
+    fn each(&self, configs: &[Value]) -> Vec<Vec<String>> {
+        let mut child = Command::new(tool("python"))
+            .args(["-c", VALIDATE])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let job = json!({ "schema": self.schema, "instances": configs });
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(job.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "the validator failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let found: Vec<Vec<String>> = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(found.len(), configs.len());
+        found
+    }
 }
 
 /// (where it comes from, its TOML text) for every configuration file the repository ships.
@@ -78,7 +128,7 @@ fn kubernetes_manifests() -> Vec<PathBuf> {
 
 #[test]
 fn every_shipped_config_is_valid_against_the_schema() {
-    let validator = jsonschema::validator_for(&schema()).expect("the schema compiles");
+    let validator = Validator::new(schema());
     let configs = shipped_configs();
     let names: Vec<&str> = configs.iter().map(|(n, _)| n.as_str()).collect();
     // The built-in default, the starter, compose's and the ConfigMap's are all there.
@@ -93,9 +143,10 @@ fn every_shipped_config_is_valid_against_the_schema() {
             "{wanted} not among {names:?}"
         );
     }
+    let values: Vec<Value> = configs.iter().map(|(o, t)| to_json(t, o)).collect();
     let mut failures = Vec::new();
-    for (origin, text) in &configs {
-        for problem in problems(&validator, &to_json(text, origin)) {
+    for ((origin, _), problems) in configs.iter().zip(validator.each(&values)) {
+        for problem in problems {
             failures.push(format!("{origin}: {problem}"));
         }
     }
@@ -120,36 +171,42 @@ fn without_required(mut schema: Value) -> Value {
 
 #[test]
 fn the_documentation_examples_use_keys_and_types_the_schema_knows() {
-    let validator = jsonschema::validator_for(&without_required(schema())).unwrap();
-    let mut blocks = 0;
-    let mut failures = Vec::new();
+    let validator = Validator::new(without_required(schema()));
+    let mut blocks = Vec::new();
     for file in common::documentation_files() {
         let text = std::fs::read_to_string(&file).unwrap();
         for (i, block) in text.split("```toml\n").skip(1).enumerate() {
-            let toml_text = block.split("```").next().unwrap();
+            let toml_text = block.split("```").next().unwrap().to_string();
             let origin = format!("{}, TOML example {}", file.display(), i + 1);
-            for problem in problems(&validator, &to_json(toml_text, &origin)) {
-                failures.push(format!("{origin}: {problem}\n{toml_text}"));
-            }
-            blocks += 1;
+            blocks.push((to_json(&toml_text, &origin), origin, toml_text));
         }
     }
     assert!(
-        blocks >= 15,
-        "only {blocks} TOML examples found in the documentation"
+        blocks.len() >= 15,
+        "only {} TOML examples found in the documentation",
+        blocks.len()
     );
+    let values: Vec<Value> = blocks.iter().map(|(v, ..)| v.clone()).collect();
+    let mut failures = Vec::new();
+    for ((_, origin, toml_text), problems) in blocks.iter().zip(validator.each(&values)) {
+        for problem in problems {
+            failures.push(format!("{origin}: {problem}\n{toml_text}"));
+        }
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
 fn the_schema_refuses_what_sluice_refuses() {
-    let validator = jsonschema::validator_for(&schema()).unwrap();
+    let validator = Validator::new(schema());
     let base = "[source]\nkind = \"file\"\npath = \"x.ndjson\"\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://x.db\"\n";
-    assert!(problems(&validator, &to_json(base, "base")).is_empty());
+    let mut cases = vec![(base.to_string(), "the base", true)];
     for rate in ["\"auto\"", "\"off\"", "250.5"] {
-        let text = format!("{base}[rate]\nrecords_per_second = {rate}\n");
-        let found = problems(&validator, &to_json(&text, rate));
-        assert!(found.is_empty(), "{rate}: {found:?}");
+        cases.push((
+            format!("{base}[rate]\nrecords_per_second = {rate}\n"),
+            rate,
+            true,
+        ));
     }
     for (extra, why) in [
         ("[rate]\nrecords_per_secnd = 5\n", "an unknown key"),
@@ -169,11 +226,16 @@ fn the_schema_refuses_what_sluice_refuses() {
         ),
         ("[nonsense]\n", "an unknown section"),
     ] {
-        let text = format!("{base}{extra}");
-        assert!(
-            !problems(&validator, &to_json(&text, why)).is_empty(),
-            "{why} passed:\n{text}"
-        );
+        cases.push((format!("{base}{extra}"), why, false));
+    }
+    expect(&validator, &cases);
+}
+
+/// Each of `cases` — (TOML, what it is, valid) — is found valid or not as it says.
+fn expect(validator: &Validator, cases: &[(String, &str, bool)]) {
+    let values: Vec<Value> = cases.iter().map(|(t, why, _)| to_json(t, why)).collect();
+    for ((text, why, valid), found) in cases.iter().zip(validator.each(&values)) {
+        assert_eq!(found.is_empty(), *valid, "{why}:\n{text}\n{found:?}");
     }
 }
 
@@ -181,8 +243,8 @@ fn the_schema_refuses_what_sluice_refuses() {
 /// and a table without `kind` is a file, as sluice reads it.
 #[test]
 fn the_source_kind_picks_its_keys() {
-    let validator = jsonschema::validator_for(&schema()).unwrap();
     let sink = "[sink]\nkind = \"sqlite\"\nurl = \"sqlite://x.db\"\n";
+    let mut cases = Vec::new();
     for (source, valid) in [
         ("path = \"x.ndjson\"\n", true),
         (
@@ -206,17 +268,16 @@ fn the_source_kind_picks_its_keys() {
         ("kind = \"kafka\"\nassignment_timeout = 5\n", false),
         ("kind = \"nats\"\n", false),
     ] {
-        let text = format!("[source]\n{source}{sink}");
-        let found = problems(&validator, &to_json(&text, "source"));
-        assert_eq!(found.is_empty(), valid, "{text}\n{found:?}");
+        cases.push((format!("[source]\n{source}{sink}"), "source", valid));
     }
+    expect(&Validator::new(schema()), &cases);
 }
 
 /// `[sink]`'s kind picks its keys beside those every kind reads.
 #[test]
 fn the_sink_kind_picks_its_keys() {
-    let validator = jsonschema::validator_for(&schema()).unwrap();
     let source = "[source]\npath = \"x.ndjson\"\n";
+    let mut cases = Vec::new();
     for (sink, valid) in [
         (
             "kind = \"sqlite\"\nurl = \"sqlite://x.db\"\nmax_batch = 10\n",
@@ -256,10 +317,9 @@ fn the_sink_kind_picks_its_keys() {
             false,
         ),
     ] {
-        let text = format!("{source}[sink]\n{sink}");
-        let found = problems(&validator, &to_json(&text, "sink"));
-        assert_eq!(found.is_empty(), valid, "{text}\n{found:?}");
+        cases.push((format!("{source}[sink]\n{sink}"), "sink", valid));
     }
+    expect(&Validator::new(schema()), &cases);
 }
 
 #[test]
