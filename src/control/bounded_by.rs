@@ -11,6 +11,8 @@ use serde::Serialize;
 pub const CEILING: &str = "rate.records_per_second";
 /// The sink's push-back (a learned limit, Retry-After, a pause).
 pub const SINK_PUSH_BACK: &str = "sink push-back";
+/// A sink not yet heard from, met at a share of the rate (`throttle.slow_start`).
+pub const SLOW_START: &str = "slow start";
 /// Every batch slot was busy: the write latency (or the concurrency limit) bound it.
 pub const WRITE_LATENCY: &str = "write latency";
 /// Nothing more to read for now.
@@ -66,9 +68,18 @@ pub fn describe(bounds: &[Bound]) -> String {
 }
 
 /// Whether the configured ceiling bounded (nearly) the whole run: 90% of its time or more
-/// (the last tick, which finds the source empty, is the source's).
+/// (the last tick, which finds the source empty, is the source's). Slow start's climb to
+/// a ceiling that then bound the rest counts as the ceiling's: without a push-back it
+/// ends there.
 pub fn ceiling_all_along(bounds: &[Bound]) -> bool {
-    bounds.iter().any(|b| b.by == CEILING && b.share >= 0.9)
+    let share = |by: &str| {
+        bounds
+            .iter()
+            .filter(|b| b.by == by)
+            .map(|b| b.share)
+            .sum::<f64>()
+    };
+    share(CEILING) > 0.0 && share(CEILING) + share(SLOW_START) >= 0.9
 }
 
 #[cfg(test)]
@@ -98,5 +109,10 @@ mod tests {
         assert!(ceiling_all_along(&all.bounds()));
         all.add("source", ms(100));
         assert!(!ceiling_all_along(&all.bounds()));
+        let mut climbed = BoundedBy::default();
+        climbed.add(SLOW_START, ms(800));
+        climbed.add(CEILING, ms(3_600));
+        climbed.add("source", ms(200));
+        assert!(ceiling_all_along(&climbed.bounds()));
     }
 }

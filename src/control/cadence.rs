@@ -1,6 +1,7 @@
 //! The cadence: a token bucket (governor's GCRA) that hands out at most `rate × tick`
 //! records per tick, so a drain at 100 rec/s with a 200 ms tick moves 20 records every
-//! 200 ms instead of 100 in one burst each second.
+//! 200 ms instead of 100 in one burst each second. A tick's worth may be handed out in
+//! parts spread across the tick (a sink met for the first time: `sink_limit::first_contact`).
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -27,6 +28,10 @@ pub struct Cadence<C: Clock<Instant = Nanos> + Clone> {
     rate: f64,
     tick: Duration,
     quantum: u32,
+    /// A tick's worth is handed out in this many parts, as the bucket refills.
+    parts: u32,
+    /// Most records handed out at once: a part of the quantum.
+    part: u32,
 }
 
 impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
@@ -36,42 +41,57 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
         let rate = runnable(rate);
         // As long as any setting may be: a tick's tokens then fit governor's nanoseconds.
         let tick = tick.min(LONGEST);
-        let (bucket, quantum) = Self::empty_bucket(rate, tick, &clock);
+        let (bucket, quantum, part) = Self::empty_bucket(rate, tick, 1, &clock);
         Cadence {
             bucket,
             clock,
             rate,
             tick,
             quantum,
+            parts: 1,
+            part,
         }
     }
 
     /// The bucket holds one token more than a tick hands out: timer lateness then carries
     /// over to the next tick instead of being lost, while the pipeline still asks for at
-    /// most `quantum` per tick, so no window exceeds it. `rate` is [`runnable`].
-    fn empty_bucket(rate: f64, tick: Duration, clock: &C) -> (Option<Bucket<C>>, u32) {
+    /// most `quantum` per tick, so no window exceeds it. In `parts`, it holds a part's
+    /// worth (and the token): the rest of the tick's worth accrues across the tick. `rate`
+    /// is [`runnable`]. Returns the bucket, the quantum and the part.
+    fn empty_bucket(
+        rate: f64,
+        tick: Duration,
+        parts: u32,
+        clock: &C,
+    ) -> (Option<Bucket<C>>, u32, u32) {
         if rate == 0.0 {
-            return (None, 0);
+            return (None, 0, 0);
         }
         let per_tick = rate * tick.as_secs_f64();
         let quantum = (per_tick - 1e-9).ceil().clamp(1.0, f64::from(u32::MAX - 1)) as u32;
+        let part = quantum.div_ceil(parts.max(1));
         // Within the bounds the period is 1 ns to 1,000 s: representable, never zero.
         let period = Duration::try_from_secs_f64(1.0 / rate)
             .unwrap_or(Duration::MAX)
             .max(Duration::from_nanos(1));
-        let burst = NonZeroU32::new(quantum + 1).unwrap_or(NonZeroU32::MAX);
+        let burst = NonZeroU32::new(part + 1).unwrap_or(NonZeroU32::MAX);
         let quota = Quota::with_period(period)
             .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
             .allow_burst(burst);
         let bucket = RateLimiter::direct_with_clock(quota, clock.clone())
             .with_middleware::<StateInformationMiddleware>();
         let _ = bucket.check_n(burst);
-        (Some(bucket), quantum)
+        (Some(bucket), quantum, part)
     }
 
     /// Most records one tick may hand out at the current rate.
     pub fn quantum(&self) -> u32 {
         self.quantum
+    }
+
+    /// Most records handed out at once: the quantum, or a part of it.
+    pub fn part(&self) -> u32 {
+        self.part
     }
 
     pub fn rate(&self) -> f64 {
@@ -106,13 +126,21 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
     /// Changes the rate. The new bucket starts empty at this instant: called right after a
     /// tick's `take`, the next tick gets exactly one new quantum, never a burst.
     pub fn set_rate(&mut self, rate: f64) {
+        self.set_rate_in_parts(rate, 1);
+    }
+
+    /// As [`Cadence::set_rate`], each tick's worth handed out in `parts` as it accrues.
+    pub fn set_rate_in_parts(&mut self, rate: f64, parts: u32) {
         let rate = runnable(rate);
-        if rate == self.rate {
+        let parts = parts.max(1);
+        if rate == self.rate && parts == self.parts {
             return;
         }
-        let (bucket, quantum) = Self::empty_bucket(rate, self.tick, &self.clock);
+        let (bucket, quantum, part) = Self::empty_bucket(rate, self.tick, parts, &self.clock);
         self.bucket = bucket;
         self.quantum = quantum;
+        self.part = part;
+        self.parts = parts;
         self.rate = rate;
     }
 }
@@ -194,6 +222,34 @@ mod tests {
         assert_eq!(drain_windows(&c, &clock, 5), vec![0; 5]);
         c.set_rate(100.0);
         assert_eq!(drain_windows(&c, &clock, 5), vec![20; 5]);
+    }
+
+    #[test]
+    fn in_parts_a_ticks_worth_accrues_across_the_tick() {
+        let clock = FakeRelativeClock::default();
+        let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        c.set_rate_in_parts(800.0, 4);
+        assert_eq!((c.quantum(), c.part()), (160, 40));
+        clock.advance(Duration::from_millis(200));
+        // However long since: a part and the token of slack at once, no more.
+        assert_eq!(c.take(160), 41);
+        assert_eq!(c.take(160), 0);
+        clock.advance(Duration::from_millis(50));
+        assert_eq!(c.take(160), 40);
+        // Three parts over the rest of the tick, then one tick's worth in all.
+        let mut taken = 81;
+        for _ in 0..3 {
+            clock.advance(Duration::from_millis(50));
+            taken += c.take(160);
+        }
+        assert_eq!(taken, 201);
+        c.set_rate(800.0);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(
+            (c.part(), c.take(u32::MAX)),
+            (160, 161),
+            "whole ticks again"
+        );
     }
 
     #[test]

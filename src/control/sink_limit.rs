@@ -13,6 +13,10 @@
 //! and keeps the estimates across an outage, which says nothing about capacity: it resumes
 //! at `beta` × and climbs exponentially back within `resume_within`.
 //!
+//! Before the sink first pushes back, the worker meets it as [`first_contact`] says: from a
+//! small share of the ceiling, growing per round of answered writes, each tick's worth in
+//! a few parts.
+//!
 //! Pure: the time comes in as an argument (time since the worker started).
 
 use std::time::Duration;
@@ -20,9 +24,11 @@ use std::time::Duration;
 use super::taken::{MARKED_SAMPLE_MIN, Pushback, Taken};
 use crate::settings::bounds::MOST_RATE;
 
+pub use first_contact::{FirstContact, FirstContactParams};
 pub use params::LimitParams;
 pub use unit::{PerUnit, Unit};
 
+pub mod first_contact;
 mod learn;
 mod params;
 mod unit;
@@ -69,6 +75,9 @@ pub struct Plan {
     pub records_per_second: f64,
     /// Records per request: a tick's worth, or more when requests are the binding unit.
     pub batch: usize,
+    /// A tick's worth goes as this many parts spread across the tick (first contact), or
+    /// at once (1).
+    pub parts: u32,
 }
 
 impl Plan {
@@ -144,6 +153,10 @@ pub struct SinkLimit {
     /// The most records one request may carry, as the last plan saw it.
     largest_batch: usize,
     taken: Taken,
+    first: FirstContact,
+    /// Records per second slow start's last whole round sent, all taken: the first guess
+    /// at a limit is no lower.
+    climbed: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -166,6 +179,8 @@ struct Pending {
 impl SinkLimit {
     pub fn new(params: LimitParams) -> Self {
         SinkLimit {
+            first: FirstContact::new(params.first_contact),
+            climbed: None,
             params,
             limits: PerUnit::default(),
             binding: None,
@@ -179,6 +194,7 @@ impl SinkLimit {
             last_plan: Plan {
                 records_per_second: 0.0,
                 batch: 1,
+                parts: 1,
             },
             record_bytes: None,
             largest_batch: usize::MAX,
@@ -197,6 +213,11 @@ impl SinkLimit {
             Binding::Only(unit) => Some(unit),
             Binding::Volume => Some(Unit::Records),
         }
+    }
+
+    /// Met for the first time, below the ceiling: slow start holds the rate.
+    pub fn is_slow_starting(&self) -> bool {
+        self.first.is_ramping()
     }
 
     pub fn is_experimenting(&self) -> bool {
@@ -248,9 +269,17 @@ impl SinkLimit {
             let t = now.saturating_sub(at).as_secs_f64() / p.resume_within.as_secs_f64();
             rate *= (p.beta * (1.0 / p.beta).powf(t)).min(1.0);
         }
+        let tick = shape.tick.as_secs_f64();
+        // Only where a tick is coarse enough to part: a fine one is a part already.
+        let (share, parts) = self.first.plan(now, (rate * tick).max(0.0) as u64);
+        let parts = if shape.tick > MARKED_SAMPLE_MIN {
+            parts
+        } else {
+            1
+        };
+        rate *= share;
         let floor = p.min_multiplier * self.floor_base(ceiling);
         rate = rate.max(floor).min(ceiling).max(0.0);
-        let tick = shape.tick.as_secs_f64();
         let by_bytes = match (shape.max_batch_bytes, shape.record_bytes) {
             (Some(max), Some(size)) if size > 0.0 => ((max as f64 / size).floor() as usize).max(1),
             _ => usize::MAX,
@@ -273,6 +302,7 @@ impl SinkLimit {
         self.last_plan = Plan {
             records_per_second: rate,
             batch,
+            parts,
         };
         // Only where ticks are fine enough to skip a few: at a coarser tick the quiet
         // skips most of a tick's sending, and the next push-back closes a sample anyway
@@ -285,6 +315,7 @@ impl SinkLimit {
             return Plan {
                 records_per_second: floor.min(rate),
                 batch,
+                parts,
             };
         }
         self.last_plan
@@ -303,6 +334,9 @@ impl SinkLimit {
     /// already acted on).
     pub fn on_throttle(&mut self, now: Duration, fresh: bool, write: Refused) {
         self.advance(now);
+        if let Some(before) = self.first.pushed_back() {
+            self.climbed = Some(self.last_plan.records_per_second * before);
+        }
         let Refused {
             sent_at,
             retry_after,
@@ -396,8 +430,9 @@ impl SinkLimit {
         self.learn(s);
     }
 
-    /// A write of `records` records and `bytes` bytes was taken.
-    pub fn on_written(&mut self, now: Duration, records: u64, bytes: u64) {
+    /// A write sent at `sent_at`, of `records` records and `bytes` bytes, was taken.
+    pub fn on_written(&mut self, now: Duration, sent_at: Duration, records: u64, bytes: u64) {
+        self.first.answered(sent_at);
         self.taken.written(now, records, bytes);
         self.settle(now, true);
         if std::mem::take(&mut self.in_outage) {

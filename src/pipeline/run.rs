@@ -61,10 +61,12 @@ pub(super) struct Run {
 }
 
 impl Run {
-    /// The first tick comes at [`Pipeline::first_tick`]; the source is told how much to
-    /// prefetch and the stats start from the configured limits.
+    /// The first tick comes at [`Pipeline::first_tick`], its rate planned as every
+    /// tick's (a sink met for the first time is met at a share of it); the source is told
+    /// how much to prefetch and the stats start from the configured limits.
     pub(super) async fn start(mut pipeline: Pipeline) -> Result<Run, PipelineError> {
         let started = Instant::now();
+        pipeline.replan(&mut 0).await?;
         let tick = pipeline.cadence.tick();
         let mut ticker = tokio::time::interval_at(Instant::now() + pipeline.first_tick(), tick);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -142,10 +144,17 @@ impl Run {
         let max_batch = p.max_batch as u64;
         if self.allowance > 0 {
             // The bucket may be short now and fill within the tick: what is left of the
-            // tick's allowance is taken as it accrues, whenever a slot is free.
+            // tick's allowance is taken as it accrues, whenever a slot is free. A tick in
+            // parts banks no more than a part, or two parts would go as one.
+            let part = u64::from(p.cadence.part());
+            let room = if part < u64::from(p.cadence.quantum()) {
+                part.saturating_sub(self.banked)
+            } else {
+                u64::MAX
+            };
             let granted = p
                 .cadence
-                .take(self.allowance.min(u64::from(u32::MAX)) as u32);
+                .take(self.allowance.min(room).min(u64::from(u32::MAX)) as u32);
             self.allowance -= u64::from(granted);
             self.banked += u64::from(granted);
         }
@@ -161,6 +170,7 @@ impl Run {
             (p.batch as u64).min(max_batch).min(remaining)
         } else {
             (self.banked + self.allowance)
+                .min(u64::from(p.cadence.part()))
                 .min(max_batch)
                 .min(remaining)
                 .max(1)
@@ -256,7 +266,11 @@ impl Run {
         refills.then(|| {
             let need = self
                 .allowance
-                .min((p.max_batch as u64).saturating_sub(self.banked))
+                .min(
+                    (p.max_batch as u64)
+                        .min(u64::from(p.cadence.part()))
+                        .saturating_sub(self.banked),
+                )
                 .max(1) as f64;
             let wait = Duration::from_secs_f64(need / p.cadence.rate());
             Instant::now() + wait.max(REFILL_AT_MOST_EVERY)

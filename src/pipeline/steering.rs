@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use super::Pipeline;
-use crate::control::bounded_by::{CEILING, SINK_PUSH_BACK};
+use crate::control::bounded_by::{CEILING, SINK_PUSH_BACK, SLOW_START};
 use crate::settings::bounds::MOST_RATE;
 use crate::source::SourceError;
 
@@ -55,14 +55,20 @@ impl Pipeline {
             self.options.max_batch_bytes,
         );
         self.rate_by = if plan.records_per_second < ceiling * 0.99 {
-            SINK_PUSH_BACK.to_string()
+            if self.pressure.is_slow_starting() {
+                SLOW_START
+            } else {
+                SINK_PUSH_BACK
+            }
+            .to_string()
         } else if ceiling >= MOST_RATE {
             // No ceiling at all: whatever binds is not a rate.
             String::new()
         } else {
             by.to_string()
         };
-        self.cadence.set_rate(plan.records_per_second);
+        self.cadence
+            .set_rate_in_parts(plan.records_per_second, plan.parts);
         self.batch = plan.batch.max(1);
         // Unused grants never add up to more than a batch (or a tick's worth).
         *banked = (*banked).min(self.batch.max(self.cadence.quantum() as usize) as u64);

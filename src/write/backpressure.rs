@@ -199,7 +199,7 @@ impl Backpressure {
         let now = self.now();
         let mut state = self.lock();
         state.refusals.taken(now, sent_at, records);
-        state.limit.on_written(now, records, bytes);
+        state.limit.on_written(now, sent_at, records, bytes);
         state.throttle.on_success();
         if records > 0 {
             let size = bytes as f64 / records as f64;
@@ -320,6 +320,11 @@ impl Backpressure {
     /// The unit whose learned limit bounds the rate, if any.
     pub fn binding(&self) -> Option<Unit> {
         self.lock().limit.binding()
+    }
+
+    /// The sink has not pushed back yet and slow start holds the rate below the ceiling.
+    pub fn is_slow_starting(&self) -> bool {
+        self.lock().limit.is_slow_starting()
     }
 
     /// The sink could not be reached or did not answer: nothing about its capacity.

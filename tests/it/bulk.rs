@@ -134,20 +134,19 @@ async fn four_times_the_write_queue_every_document_once_only_refused_items_again
 }
 
 /// The bound on what overload costs: records sent / delivered ≤ 1.10, at a fine
-/// cadence (measured 1.001-1.011). At 200 ms ticks a tick's 800 records go as four
-/// requests of 200 at once into a queue of 200: the first tick alone costs ~570 refused
-/// items, 9.5% of 6,000, before any answer can tell; measured 1.13-1.17 in all (1.26-1.35
-/// and 14-30 s before refused items were resent in turn at the planned rate).
+/// cadence (measured 1.001-1.014).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_times_the_write_queue_costs_at_most_ten_percent_more_sends() {
     four_times_the_write_queue(6000, "20ms", Some(1.10)).await;
 }
 
-/// At the default 200 ms tick: the first tick's cost, and little after it.
+/// At the default 200 ms tick the same bound. A tick's 800 records used to go as four
+/// requests of 200 at once into the queue of 200 (~570 items refused before any answer
+/// could tell: 1.13-1.35 in all); slow start meets the queue from 100 a tick, in parts
+/// spread across the tick (measured 1.077-1.078, 6.9 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "first contact at a 200 ms tick reads 1.15 to 1.35 sent/delivered run to run, alone on the machine, against 1.30: the overshoot #45 removes; it re-enables this"]
-async fn four_times_the_write_queue_at_coarse_ticks_costs_the_first_tick_and_little_more() {
-    four_times_the_write_queue(6000, "200ms", Some(1.30)).await;
+async fn four_times_the_write_queue_at_coarse_ticks_costs_at_most_ten_percent_more_sends() {
+    four_times_the_write_queue(6000, "200ms", Some(1.10)).await;
 }
 
 /// `n` documents at 4,000/s into a queue of 200 drained at 1,000/s, one in 97 refused by

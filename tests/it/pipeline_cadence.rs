@@ -1,13 +1,15 @@
 //! The pipeline under tokio's paused clock: exact per-tick cadence, rate changes without a
-//! burst, and the in-flight bound. The sink here records *when* it was written to; the
-//! timing is the subject, so it stands in for a database.
+//! burst, and the in-flight bound; and a new sink met by slow start. The sink here records
+//! *when* it was written to; the timing is the subject, so it stands in for a database.
+//! The cadence's own tests turn slow start off (`throttle.slow_start = false`): they check
+//! the cadence from its first tick.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice::config::ConcurrencySettings;
+use sluice::config::{ConcurrencySettings, ThrottleSettings};
 use sluice::control::cadence::Cadence;
 use sluice::decode::Decoder;
 use sluice::pipeline::clock::TokioClock;
@@ -102,6 +104,18 @@ fn pipeline(
     max_in_flight: usize,
     max_batch: usize,
 ) -> (Pipeline, Arc<TimingSink>, Arc<AtomicUsize>) {
+    pipeline_meeting(rate, total, latency, max_in_flight, max_batch, false)
+}
+
+/// As [`pipeline`], meeting the sink with slow start when `slow_start`.
+fn pipeline_meeting(
+    rate: f64,
+    total: u64,
+    latency: Duration,
+    max_in_flight: usize,
+    max_batch: usize,
+    slow_start: bool,
+) -> (Pipeline, Arc<TimingSink>, Arc<AtomicUsize>) {
     let sink = Arc::new(TimingSink {
         start: Instant::now(),
         latency,
@@ -119,7 +133,7 @@ fn pipeline(
         }),
         Decoder::new(Some("/id".into())),
         Cadence::new(rate, Duration::from_millis(200), TokioClock::default()),
-        write_path(sink.clone(), max_in_flight, stats.clone()),
+        write_path(sink.clone(), max_in_flight, slow_start, stats.clone()),
         stats,
         RunOptions {
             until_empty: true,
@@ -136,11 +150,20 @@ fn pipeline(
 }
 
 /// The write path as the worker builds it, with a fixed limit of `max_in_flight`.
-fn write_path(sink: Arc<dyn Sink>, max_in_flight: usize, stats: Arc<Stats>) -> WritePath {
+fn write_path(
+    sink: Arc<dyn Sink>,
+    max_in_flight: usize,
+    slow_start: bool,
+    stats: Arc<Stats>,
+) -> WritePath {
     let settings = WriteSettings {
         concurrency: ConcurrencySettings {
             max: max_in_flight,
             ..ConcurrencySettings::default()
+        },
+        throttle: ThrottleSettings {
+            slow_start,
+            ..ThrottleSettings::default()
         },
         ..WriteSettings::default()
     };
@@ -178,6 +201,47 @@ async fn exactly_twenty_per_window_at_100_per_second() {
         &[20; 25][..],
         "5 s at 100/s with a 200 ms tick"
     );
+}
+
+/// A sink that has not pushed back is met from an eighth of the rate, doubling once the
+/// writes at a share are answered (a tick later: a tick's rate is planned before its
+/// writes go), and a tick's worth of 200 records or more goes in four parts, 50 ms apart;
+/// two seconds at the whole rate without a push-back, and each tick goes at once again.
+#[tokio::test(start_paused = true)]
+async fn a_new_sink_is_met_by_slow_start_in_parts_then_whole_ticks() {
+    let (p, sink, _) = pipeline_meeting(2_000.0, 10_000, Duration::ZERO, 4, 1000, true);
+    p.run(CancellationToken::new()).await.unwrap();
+    let windows = per_window(&sink);
+    assert_eq!(windows[0], 0, "nothing before the first tick");
+    assert_eq!(&windows[1..6], &[50, 50, 100, 200, 400], "{windows:?}");
+    assert!(
+        windows[6..windows.len() - 1].iter().all(|&n| n == 400),
+        "{windows:?}"
+    );
+    let writes = sink.writes.lock().unwrap().clone();
+    let in_window = |k: u128| -> Vec<(u128, usize)> {
+        writes
+            .iter()
+            .filter(|(t, _)| t.as_millis() / 200 == k)
+            .map(|(t, n)| (t.as_millis() % 200, *n))
+            .collect()
+    };
+    // 50 records: one part; 100: two, 50 ms apart; 400: four. (A tick's parts are
+    // spaced at the rate planned after its take: the tick of 0.8 s, 200 records at the
+    // half rate, goes 50, 100, 50 once the whole rate is planned.)
+    assert_eq!(in_window(1), [(0, 50)]);
+    assert_eq!(in_window(3), [(0, 50), (49, 50)]);
+    let parts = in_window(5);
+    assert_eq!(parts.len(), 4, "{parts:?}");
+    assert!(
+        parts.windows(2).all(|w| w[1].0 - w[0].0 >= 45),
+        "spread across the tick: {parts:?}"
+    );
+    // The whole rate from the fifth tick (1.0 s), two seconds of it: whole ticks later.
+    // (The bucket at whole ticks starts empty then: a tick's worth goes once accrued,
+    // 150 ms into each tick from then on.)
+    let whole = in_window(20);
+    assert!(whole.len() == 1 && whole[0].1 == 400, "{writes:?}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -270,7 +334,7 @@ async fn shutdown_during_a_retry_after_pause_stops_at_once_and_acknowledges_noth
         }),
         Decoder::new(Some("/id".into())),
         Cadence::new(100.0, Duration::from_millis(200), TokioClock::default()),
-        write_path(sink.clone(), 4, stats.clone()),
+        write_path(sink.clone(), 4, false, stats.clone()),
         stats,
         RunOptions {
             until_empty: true,
@@ -359,7 +423,7 @@ async fn a_worker_granted_nothing_still_watches_its_source() {
         }),
         Decoder::new(Some("/id".into())),
         Cadence::new(0.0, Duration::from_millis(200), TokioClock::default()),
-        write_path(sink.clone(), 4, stats.clone()),
+        write_path(sink.clone(), 4, false, stats.clone()),
         stats.clone(),
         RunOptions {
             until_empty: true,

@@ -160,7 +160,17 @@ impl SinkLimit {
                 s.delivered.get(unit).unwrap_or(sent * self.params.beta)
             }
             (Pushback::Sustained, _) => measured(),
-            // The first push-back: the last second's rate may hold a spent burst.
+            // The first push-back: the last second's rate may hold a spent burst. After
+            // slow start's climb it understates what the sink takes, most of that second
+            // climbing: a sink that took part of the write and refused the rest (a bulk
+            // answer, whose refused items alone go again) is guessed at no less than slow
+            // start's round before, which it took whole, so that the next refusal comes
+            // soon and measures it (a queue taking 1,000 documents/s read 532 and was held
+            // there: 11.7 s for a 6-second drain). A refused request costs all its
+            // records: there the guess stays low.
+            (_, None) if s.emptied => {
+                (measured() * self.params.beta).max(self.climbed_in(unit).min(sent))
+            }
             (_, None) => measured() * self.params.beta,
             (Pushback::Repeated, Some(old)) => old.min(sent),
             (Pushback::Isolated, Some(old)) if s.probing => old,
@@ -177,11 +187,20 @@ impl SinkLimit {
 
     /// The push-backs since the worker sent `records_per_second` were not about capacity
     /// (a share of items the sink refuses whatever the rate): the limit allows that rate
-    /// again.
+    /// again, or, where such a push-back ended slow start, the climb resumes.
     pub fn restore(&mut self, now: Duration, records_per_second: f64) {
         self.pending = None;
         self.quiet_until = None;
         self.volume_learned = None;
+        if self.first.resume() {
+            // The push-back that ended slow start was none: what was learned from it and
+            // since is forgotten, and the climb to the ceiling goes on.
+            self.limits = PerUnit::default();
+            self.binding = None;
+            self.phase = Phase::Free;
+            self.climbed = None;
+            return;
+        }
         let allowed = records_per_second / self.params.hold;
         if let Some(limit) = self.limits.get(Unit::Records) {
             self.limits.set(Unit::Records, Some(limit.max(allowed)));
@@ -192,6 +211,17 @@ impl SinkLimit {
         }
         if self.binding.is_some() {
             self.phase = Phase::Hold { quiet_since: now };
+        }
+    }
+
+    /// What slow start's last whole round sent in `unit` per second, all of it taken; 0
+    /// when not known.
+    fn climbed_in(&self, unit: Unit) -> f64 {
+        let records = self.climbed.unwrap_or_default();
+        match unit {
+            Unit::Records => records,
+            Unit::Bytes => records * self.record_bytes.unwrap_or_default(),
+            Unit::Requests => 0.0,
         }
     }
 

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::FirstContactParams;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct LimitParams {
     /// The share of a learned limit the worker holds.
@@ -23,6 +25,8 @@ pub struct LimitParams {
     pub contradiction_within: Duration,
     /// How long an experiment runs at least.
     pub experiment_for: Duration,
+    /// How a sink that has not pushed back yet is met.
+    pub first_contact: FirstContactParams,
 }
 
 impl Default for LimitParams {
@@ -37,6 +41,7 @@ impl Default for LimitParams {
             resume_within: Duration::from_millis(500),
             contradiction_within: Duration::from_secs(3),
             experiment_for: Duration::from_secs(1),
+            first_contact: FirstContactParams::default(),
         }
     }
 }

@@ -22,7 +22,7 @@ fn refused(retry_after: Option<Duration>) -> Refused {
 fn learned_from_a_first_429() -> SinkLimit {
     let mut limit = SinkLimit::new(LimitParams::default());
     for i in 1..=20 {
-        limit.on_written(ms(100 * i), 50, 5000);
+        limit.on_written(ms(100 * i), ms(100 * i), 50, 5000);
     }
     limit.on_throttle(ms(2000), true, refused(Some(ms(10))));
     assert_eq!(limit.limit(Unit::Records), Some(350.0));
@@ -69,7 +69,7 @@ fn an_outage_keeps_the_limit_and_the_worker_climbs_back_within_half_a_second() {
         Some(350.0),
         "kept across the outage"
     );
-    limit.on_written(ms(32_000), 50, 5000);
+    limit.on_written(ms(32_000), ms(32_000), 50, 5000);
     let at = |t| {
         limit
             .clone()
@@ -86,13 +86,13 @@ fn an_outage_keeps_the_limit_and_the_worker_climbs_back_within_half_a_second() {
 fn a_throttle_without_retry_after_is_learned_only_once_a_write_succeeds() {
     let mut limit = SinkLimit::new(LimitParams::default());
     for i in 1..=20 {
-        limit.on_written(ms(100 * i), 50, 5000);
+        limit.on_written(ms(100 * i), ms(100 * i), 50, 5000);
     }
     // A 503 without Retry-After: maybe overload, maybe the start of an outage.
     limit.on_throttle(ms(2000), true, refused(None));
     assert_eq!(limit.limit(Unit::Records), None, "not yet");
     limit.on_outage();
-    limit.on_written(ms(9000), 50, 5000);
+    limit.on_written(ms(9000), ms(9000), 50, 5000);
     assert_eq!(
         limit.limit(Unit::Records),
         None,
@@ -101,10 +101,10 @@ fn a_throttle_without_retry_after_is_learned_only_once_a_write_succeeds() {
     // A 429 without Retry-After followed by a success: overload after all.
     let mut limit = SinkLimit::new(LimitParams::default());
     for i in 1..=20 {
-        limit.on_written(ms(100 * i), 50, 5000);
+        limit.on_written(ms(100 * i), ms(100 * i), 50, 5000);
     }
     limit.on_throttle(ms(2000), true, refused(None));
-    limit.on_written(ms(2100), 50, 5000);
+    limit.on_written(ms(2100), ms(2100), 50, 5000);
     assert_eq!(limit.limit(Unit::Records), Some(350.0));
 }
 
@@ -150,10 +150,13 @@ fn items_refused_for_room_teach_the_capacity_beyond_the_plan() {
         records,
         bytes: 0,
     };
-    let mut limit = SinkLimit::new(LimitParams::default());
+    let mut limit = SinkLimit::new(LimitParams {
+        first_contact: FirstContactParams::NONE,
+        ..LimitParams::default()
+    });
     assert_eq!(limit.plan(ms(0), 4000.0, bulk).records_per_second, 4000.0);
     limit.on_throttle(ms(210), true, room(ms(200), 200));
-    limit.on_written(ms(215), 200, 0);
+    limit.on_written(ms(215), ms(215), 200, 0);
     let first = limit.plan(ms(220), 4000.0, bulk);
     // 200 over 0.22 s, beta of it, held at 97%.
     let guess = 200.0 / 0.22 * 0.7 * 0.97;
@@ -161,9 +164,9 @@ fn items_refused_for_room_teach_the_capacity_beyond_the_plan() {
     // 100 records every 100 ms taken (fresh and resent), then at 800 ms a write of which
     // 20 were taken, the rest refused for room.
     for i in 0..5 {
-        limit.on_written(ms(305 + 100 * i), 100, 0);
+        limit.on_written(ms(305 + 100 * i), ms(305 + 100 * i), 100, 0);
     }
-    limit.on_written(ms(805), 20, 0);
+    limit.on_written(ms(805), ms(805), 20, 0);
     limit.on_throttle(ms(810), true, room(ms(800), 180));
     let plan = limit.plan(ms(820), 4000.0, bulk);
     // 520 over 0.6 s, held at 97%: far above what was planned.
@@ -194,7 +197,7 @@ fn a_bulk_sink_taking_nothing_between_refusals_lowers_the_limit() {
     let mut limit = SinkLimit::new(LimitParams::default());
     limit.plan(ms(0), 4000.0, bulk);
     limit.on_throttle(ms(210), true, room(ms(200)));
-    limit.on_written(ms(215), 200, 0);
+    limit.on_written(ms(215), ms(215), 200, 0);
     let first = limit.plan(ms(220), 4000.0, bulk).records_per_second;
     limit.on_throttle(ms(500), true, room(ms(490)));
     let next = limit.plan(ms(520), 4000.0, bulk).records_per_second;

@@ -40,6 +40,7 @@ struct Setup {
     /// 503s without Retry-After in `[from, to)`.
     outage: Option<(Duration, Duration)>,
     run_for: Duration,
+    first_contact: FirstContactParams,
 }
 
 impl Setup {
@@ -57,6 +58,7 @@ impl Setup {
             hint: false,
             outage: None,
             run_for: secs(60),
+            first_contact: FirstContactParams::default(),
         }
     }
 
@@ -124,7 +126,10 @@ fn index(at: Duration) -> usize {
 /// Runs the worker's control loop against the emulated sink, one step per tick; a write is
 /// answered at once.
 fn drive(setup: Setup) -> Outcome {
-    let mut limit = SinkLimit::new(LimitParams::default());
+    let mut limit = SinkLimit::new(LimitParams {
+        first_contact: setup.first_contact,
+        ..LimitParams::default()
+    });
     let mut throttle = Throttle::new(ThrottleParams {
         window: setup.tick,
         pause_jitter: 0.0,
@@ -152,71 +157,87 @@ fn drive(setup: Setup) -> Outcome {
         out.batches.push(plan.batch);
         banked = (banked + plan.records_per_second * setup.tick.as_secs_f64())
             .min((plan.batch as f64).max(plan.records_per_second * setup.tick.as_secs_f64()) * 2.0);
-        loop {
-            if throttle.is_paused(now) {
-                break;
-            }
-            let n = match owed {
-                Some(n) => n,
-                None if banked >= plan.batch as f64 => plan.batch,
-                None => break,
-            };
-            banked -= n as f64;
-            owed = None;
-            out.requests += 1;
-            out.sent_records += n as u64;
-            let down = setup.outage.is_some_and(|(a, b)| now >= a && now < b);
-            let cost = match setup.unit {
-                Unit::Records => n as u64,
-                Unit::Requests => 1,
-                Unit::Bytes => n as u64 * setup.record_bytes,
-            };
-            let answer = if down {
-                Err(None)
-            } else {
-                sink.try_take(cost, now).map_err(|wait| {
-                    setup.retry_after.then_some(if setup.whole_seconds {
-                        secs(wait.as_secs_f64().ceil().max(1.0) as u64)
-                    } else {
-                        wait
-                    })
-                })
-            };
-            match answer {
-                Ok(()) => {
-                    out.delivered += n as u64;
-                    out.windows[index(now)] += n as u64;
-                    throttle.on_success();
-                    limit.on_written(now, n as u64, n as u64 * setup.record_bytes);
+        // First contact parts the tick: at each step a part's worth of fresh records, in
+        // requests of at most a batch.
+        let parts = plan.parts.max(1);
+        let part = (plan.records_per_second * setup.tick.as_secs_f64() / f64::from(parts)).ceil();
+        for k in 0..parts {
+            let at = now + setup.tick * k / parts;
+            let mut left = if parts > 1 { part } else { f64::INFINITY };
+            loop {
+                if throttle.is_paused(at) {
+                    break;
                 }
-                Err(retry_after) => {
-                    out.throttled += 1;
-                    owed = Some(n);
-                    let reaction = throttle.on_throttle(
-                        Signal {
-                            now,
-                            sent_at: now,
-                            retry_after,
-                            share: None,
-                        },
-                        &mut rng,
-                    );
-                    if reaction.outage {
-                        limit.on_outage();
-                    } else {
-                        let hint = setup.hint.then_some(setup.unit);
-                        limit.on_throttle(
-                            now,
-                            reaction.fresh,
-                            Refused {
-                                sent_at: now,
+                let n = match owed {
+                    Some(n) => n,
+                    None if parts > 1 => {
+                        let n = (plan.batch as f64).min(left).min(banked.floor());
+                        if n < 1.0 {
+                            break;
+                        }
+                        left -= n;
+                        n as usize
+                    }
+                    None if banked >= plan.batch as f64 => plan.batch,
+                    None => break,
+                };
+                banked -= n as f64;
+                owed = None;
+                out.requests += 1;
+                out.sent_records += n as u64;
+                let down = setup.outage.is_some_and(|(a, b)| at >= a && at < b);
+                let cost = match setup.unit {
+                    Unit::Records => n as u64,
+                    Unit::Requests => 1,
+                    Unit::Bytes => n as u64 * setup.record_bytes,
+                };
+                let answer = if down {
+                    Err(None)
+                } else {
+                    sink.try_take(cost, at).map_err(|wait| {
+                        setup.retry_after.then_some(if setup.whole_seconds {
+                            secs(wait.as_secs_f64().ceil().max(1.0) as u64)
+                        } else {
+                            wait
+                        })
+                    })
+                };
+                match answer {
+                    Ok(()) => {
+                        out.delivered += n as u64;
+                        out.windows[index(at)] += n as u64;
+                        throttle.on_success();
+                        limit.on_written(at, at, n as u64, n as u64 * setup.record_bytes);
+                    }
+                    Err(retry_after) => {
+                        out.throttled += 1;
+                        owed = Some(n);
+                        let reaction = throttle.on_throttle(
+                            Signal {
+                                now: at,
+                                sent_at: at,
                                 retry_after,
-                                hint,
-                                emptied: false,
-                                records: n as u64,
-                                bytes: n as u64 * setup.record_bytes,
+                                share: None,
                             },
+                            &mut rng,
                         );
+                        if reaction.outage {
+                            limit.on_outage();
+                        } else {
+                            let hint = setup.hint.then_some(setup.unit);
+                            limit.on_throttle(
+                                at,
+                                reaction.fresh,
+                                Refused {
+                                    sent_at: at,
+                                    retry_after,
+                                    hint,
+                                    emptied: false,
+                                    records: n as u64,
+                                    bytes: n as u64 * setup.record_bytes,
+                                },
+                            );
+                        }
                     }
                 }
             }
@@ -237,6 +258,18 @@ fn report(name: &str, setup: &Setup, out: &Outcome) {
         setup.fits(),
         out.on_target(secs(3), setup.run_for, setup.fits()),
         &out.batches[out.batches.len() - 3..],
+    );
+    // The same without first contact, to compare.
+    let without = drive(Setup {
+        first_contact: FirstContactParams::NONE,
+        ..*setup
+    });
+    eprintln!(
+        "{name}, no first contact: delivered {} sent/delivered {:.4} throttled {:.4} on target after 3 s {:.3}",
+        without.delivered,
+        without.sent_per_delivered(),
+        without.throttled_share(),
+        without.on_target(secs(3), setup.run_for, setup.fits()),
     );
 }
 
@@ -365,20 +398,60 @@ fn a_named_unit_is_learned_without_an_experiment() {
     assert!(out.rate(secs(30), secs(60)) >= 900.0);
 }
 
-/// The scenario bench's (e′): 200 ms ticks in requests of at most 100 records, a
-/// 10,000-record backlog.
+/// The scenario bench's (e′): 200 ms ticks, `sink.max_batch` at its default, a
+/// 10,000-record backlog. Without first contact the first refused request is a tick at
+/// four times the capacity (640 records), and this model sends 1.081 records per
+/// delivered, as the bench measured (1.08); with it, a part of a tick is refused (160).
 #[test]
 fn records_limited_sink_over_asked_as_in_the_bench() {
     let setup = Setup {
-        max_batch: 100,
         run_for: secs(13),
         ..Setup::new(Unit::Records, 800.0, 3200.0)
     };
     let out = drive(setup);
     report("bench e'", &setup, &out);
     assert_eq!(out.binding, Some(Unit::Records));
-    assert!(out.sent_per_delivered() <= 1.03);
+    assert!(
+        out.sent_per_delivered() <= 1.035,
+        "{}",
+        out.sent_per_delivered()
+    );
     assert!(out.rate(secs(6), secs(13)) >= 0.95 * 800.0);
+    let without = drive(Setup {
+        first_contact: FirstContactParams::NONE,
+        ..setup
+    });
+    assert!(
+        out.sent_per_delivered() - 1.0 <= 0.5 * (without.sent_per_delivered() - 1.0),
+        "{} against {} without first contact",
+        out.sent_per_delivered(),
+        without.sent_per_delivered()
+    );
+}
+
+/// Told the capacity, the ramp reaches it within a second: from 0.8 s every window is
+/// on target.
+#[test]
+fn told_the_capacity_first_contact_reaches_it_within_a_second() {
+    let setup = Setup {
+        run_for: secs(20),
+        ..Setup::new(Unit::Records, 800.0, 800.0)
+    };
+    let out = drive(setup);
+    report("records 1x, 20 s", &setup, &out);
+    assert_eq!(out.throttled, 0);
+    assert_eq!(
+        out.reached(Duration::ZERO, 800.0),
+        Some(ms(1000)),
+        "{:?}",
+        &out.windows[..8]
+    );
+    assert_eq!(
+        out.on_target(ms(800), setup.run_for, 800.0),
+        1.0,
+        "{:?}",
+        &out.windows[..8]
+    );
 }
 
 /// The scenario bench's requests-limited sink: 4 requests/s (burst 4), told 400 rec/s at

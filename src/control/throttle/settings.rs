@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ThrottleParams;
 use crate::control::backoff::Backoff;
-use crate::control::sink_limit::LimitParams;
+use crate::control::sink_limit::{FirstContactParams, LimitParams};
 use crate::settings::{HumanDuration, Problems};
 
 /// A Retry-After pause is stretched by up to this share of itself unless told.
@@ -43,6 +43,11 @@ pub struct ThrottleSettings {
     #[schemars(with = "HumanDuration")]
     #[serde(with = "humantime_serde")]
     pub max_pause: Duration,
+    /// Until the sink first pushes back, start at an eighth of the rate, double it per
+    /// round of answered writes, and send each tick's worth in up to four parts spread
+    /// across the tick, so that a sink of unknown capacity is not overrun by a whole tick.
+    /// `false`: the whole rate, a tick's worth at once, from the first tick.
+    pub slow_start: bool,
 }
 
 impl Default for ThrottleSettings {
@@ -56,6 +61,7 @@ impl Default for ThrottleSettings {
             probe_gain: limit.probe_gain,
             pause_jitter: DEFAULT_PAUSE_JITTER,
             max_pause: DEFAULT_MAX_PAUSE,
+            slow_start: limit.first_contact != FirstContactParams::NONE,
         }
     }
 }
@@ -69,6 +75,11 @@ impl ThrottleSettings {
             min_multiplier: self.min_multiplier,
             probe_every: self.probe_every,
             probe_gain: self.probe_gain,
+            first_contact: if self.slow_start {
+                FirstContactParams::default()
+            } else {
+                FirstContactParams::NONE
+            },
             ..LimitParams::default()
         }
     }

@@ -88,12 +88,14 @@ async fn a_named_request_limit_makes_batches_larger_at_the_same_rate() {
 }
 
 /// Three writes came back with 200 records each refused for room at once: they go
-/// again one after another at the planned 1,000 rec/s, not on the retry budget, and
+/// again one after another at the planned rate, not on the retry budget, and
 /// the cadence is owed them.
 #[tokio::test(start_paused = true)]
 async fn items_refused_for_room_go_again_in_turn_at_the_planned_rate() {
     let p = Arc::new(pressure());
-    p.plan(TICK, 1000, None);
+    // At first contact, an eighth of the 1,000 rec/s.
+    let planned = p.plan(TICK, 1000, None).records_per_second;
+    assert_eq!(planned, 125.0);
     let started = Instant::now();
     let turns = (0..3).map(|_| {
         let p = p.clone();
@@ -108,13 +110,14 @@ async fn items_refused_for_room_go_again_in_turn_at_the_planned_rate() {
     }
     waited.sort();
     let ms = Duration::from_millis;
-    assert_eq!(waited, [ms(0), ms(200), ms(400)]);
+    assert_eq!(waited, [ms(0), ms(1600), ms(3200)]);
     assert_eq!(p.settle_owed(1000), 600);
     // More than the budget's floor (10 over 10 s) could have paid for.
     for _ in 0..20 {
         p.resend_turn(1).await;
     }
-    assert!(started.elapsed() < Duration::from_secs(1));
+    // The third turn's span ends at 4.8 s; the budget would have held them 10 s more.
+    assert!(started.elapsed() < Duration::from_secs(6));
 }
 
 #[tokio::test(start_paused = true)]
