@@ -149,11 +149,13 @@ fn assert_held(dir: &Path, child: &mut Child, port: u16) {
 
 const RETRY: &str = "[retry]\nmin_delay = \"50ms\"\nmax_delay = \"500ms\"\n";
 
+/// Slow start is off: the records go as one batch, the one holding the dead letters, so
+/// that none of them is acknowledged.
 fn http_config(dir: &Path, sim: &SimSink, dead_letters: &str, port: u16) {
     std::fs::write(
         dir.join("sluice.toml"),
         format!(
-            "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n[sink]\nkind = \"http\"\nurl = \"{}\"\nkey = \"/id\"\n\n[sink.dead_letters]\n{dead_letters}\n\n[rate]\nrecords_per_second = 1000\ntick = \"100ms\"\n\n{RETRY}\n[shutdown]\ngrace = \"2s\"\n\n[telemetry]\nlisten = \"127.0.0.1:{port}\"\n",
+            "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n\n[sink]\nkind = \"http\"\nurl = \"{}\"\nkey = \"/id\"\n\n[sink.dead_letters]\n{dead_letters}\n\n[rate]\nrecords_per_second = 1000\ntick = \"100ms\"\n\n{RETRY}\n[throttle]\nslow_start = false\n\n[shutdown]\ngrace = \"2s\"\n\n[telemetry]\nlisten = \"127.0.0.1:{port}\"\n",
             sim.ingest_url()
         ),
     )

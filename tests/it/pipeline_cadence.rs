@@ -1,8 +1,6 @@
 //! The pipeline under tokio's paused clock: exact per-tick cadence, rate changes without a
-//! burst, and the in-flight bound; and a new sink met by slow start. The sink here records
-//! *when* it was written to; the timing is the subject, so it stands in for a database.
-//! The cadence's own tests turn slow start off (`throttle.slow_start = false`): they check
-//! the cadence from its first tick.
+//! burst, the in-flight bound, and slow start (off in the cadence's own tests, which check
+//! it from the first tick). The sink here records *when* it was written to.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -238,8 +236,7 @@ async fn a_new_sink_is_met_by_slow_start_in_parts_then_whole_ticks() {
         "spread across the tick: {parts:?}"
     );
     // The whole rate from the fifth tick (1.0 s), two seconds of it: whole ticks later.
-    // (The bucket at whole ticks starts empty then: a tick's worth goes once accrued,
-    // 150 ms into each tick from then on.)
+    // (Its bucket starts empty: a tick's worth goes once accrued, 150 ms into each tick.)
     let whole = in_window(20);
     assert!(whole.len() == 1 && whole[0].1 == 400, "{writes:?}");
 }
