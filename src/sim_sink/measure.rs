@@ -102,8 +102,9 @@ pub fn sigma(counts: &[u64]) -> f64 {
 pub fn time_to_full(counts: &[u64], end: Duration, full: f64) -> Option<Duration> {
     let first = end.as_nanos().div_ceil(WINDOW.as_nanos()) as usize;
     let span = (Duration::from_secs(1).as_nanos() / WINDOW.as_nanos()) as usize;
-    let i = (first..=counts.len().saturating_sub(span))
-        .find(|&i| counts[i..i + span].iter().sum::<u64>() as f64 >= full)?;
+    // Fewer than a second's windows left: none is whole (a short run, or the end).
+    let last = counts.len().checked_sub(span)?;
+    let i = (first..=last).find(|&i| counts[i..i + span].iter().sum::<u64>() as f64 >= full)?;
     Some(WINDOW * (i + span) as u32 - end)
 }
 
@@ -162,5 +163,8 @@ mod tests {
         assert_eq!(time_to_full(&after, ms(200), 720.0), Some(ms(2400)));
         assert_eq!(time_to_full(&after, ms(500), 720.0), Some(ms(2100)));
         assert_eq!(time_to_full(&after[..12], ms(200), 720.0), None);
+        // Less than a second of windows in all: none, not a panic.
+        assert_eq!(time_to_full(&after[..3], Duration::ZERO, 1.0), None);
+        assert_eq!(time_to_full(&[], Duration::ZERO, 0.0), None);
     }
 }
