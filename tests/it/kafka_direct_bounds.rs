@@ -75,3 +75,37 @@ async fn every_partition_ends_where_it_stood_at_start() {
     );
     clean_up(&table, &topic).await;
 }
+
+/// The fallback for a partition whose first fetch waits on a full queue: a reader of its
+/// own finds every partition's end exactly (the records produced, counted per partition
+/// by reading them), not the broker's offset answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_of_its_own_finds_each_partition_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("end_probe");
+    create_topic(&topic, 3);
+    let config = write_config(dir.path(), &topic, &topic, "key = \"/id\"", "");
+    load_topic(&config, dir.path(), 3_001, &[]).await;
+    let settings = sluice::source::kafka::settings::KafkaSettings {
+        brokers: Some(brokers()),
+        topic: Some(topic.clone()),
+        group: Some(format!("{topic}-probe")),
+        ..Default::default()
+    };
+    let ends = tokio::task::spawn_blocking(move || {
+        sluice::source::kafka::end_probe::fetched_ends(
+            &settings,
+            &[0, 1, 2],
+            std::time::Duration::from_secs(10),
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(ends.keys().copied().collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert_eq!(ends.values().sum::<u64>(), 3_001, "{ends:?}");
+    assert!(
+        ends.values().all(|&e| e > 0),
+        "records in every partition: {ends:?}"
+    );
+}

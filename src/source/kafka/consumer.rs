@@ -42,6 +42,9 @@ const STATS_WAIT: Duration = Duration::from_secs(2);
 /// How long a direct assignment waits at start for the first fetch of every partition,
 /// which carries its end (a healthy broker answers in milliseconds).
 const FIRST_FETCH_WAIT: Duration = Duration::from_secs(5);
+/// Partitions without a fetch answer this long into a direct assignment have their ends
+/// read by a reader of their own: their first fetch is waiting for room in the queue.
+const OWN_FETCH_AFTER: Duration = Duration::from_millis(500);
 
 pub struct KafkaSource {
     consumer: DropWithin<StreamConsumer<GroupContext>>,

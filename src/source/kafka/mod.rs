@@ -21,6 +21,8 @@ mod consumer;
 #[cfg(feature = "kafka")]
 pub mod context;
 #[cfg(feature = "kafka")]
+pub mod end_probe;
+#[cfg(feature = "kafka")]
 mod leave;
 #[cfg(feature = "kafka")]
 mod ready;

@@ -5,6 +5,7 @@ use rdkafka::consumer::Consumer;
 
 use super::KafkaSource;
 use crate::source::kafka::context::lock;
+use crate::source::kafka::end_probe::fetched_high_watermark;
 
 impl KafkaSource {
     /// Stops each partition at its end offset as the broker reports it in the first fetch
@@ -45,23 +46,7 @@ impl KafkaSource {
 
     /// The high watermark the last fetch response of `partition` carried.
     pub(super) fn cached_high_watermark(&self, partition: i32) -> Option<u64> {
-        let topic = std::ffi::CString::new(self.topic.as_str()).ok()?;
-        let (mut low, mut high) = (-1i64, -1i64);
-        // SAFETY: the client handle lives as long as `self.consumer`; librdkafka only
-        // reads the topic name and writes the two integers, without a network call.
-        let err = unsafe {
-            rdkafka::bindings::rd_kafka_get_watermark_offsets(
-                self.consumer.client().native_ptr(),
-                topic.as_ptr(),
-                partition,
-                &mut low,
-                &mut high,
-            )
-        };
-        if err != rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return None;
-        }
-        u64::try_from(high).ok()
+        fetched_high_watermark(self.consumer.client(), &self.topic, partition)
     }
 
     /// Stops fetching partitions read up to their bound.

@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
 
-use super::{FIRST_FETCH_WAIT, KafkaSource, METADATA_TIMEOUT, fail};
+use super::{FIRST_FETCH_WAIT, KafkaSource, METADATA_TIMEOUT, OWN_FETCH_AFTER, fail};
 use crate::source::SourceError;
 use crate::source::kafka::context::lock;
+use crate::source::kafka::end_probe;
 
 impl KafkaSource {
     /// Takes every partition of the topic by direct assignment, without joining the group
@@ -56,14 +57,23 @@ impl KafkaSource {
             "reading all {} partitions by direct assignment (no group join); offsets are committed to the group",
             partitions.len()
         );
-        let deadline = tokio::time::Instant::now() + FIRST_FETCH_WAIT;
+        let started = tokio::time::Instant::now();
+        let mut probed = false;
         loop {
             self.take_bounds();
             let unbounded = lock(&self.assignment).unbounded();
             if unbounded.is_empty() {
                 break;
             }
-            if tokio::time::Instant::now() >= deadline {
+            let waited = started.elapsed();
+            if !probed && waited >= OWN_FETCH_AFTER {
+                // Those whose first fetch waits for room in the queue: a reader of their own.
+                probed = true;
+                self.bound_by_own_fetch(unbounded, FIRST_FETCH_WAIT.saturating_sub(waited))
+                    .await;
+                continue;
+            }
+            if waited >= FIRST_FETCH_WAIT {
                 tracing::warn!(
                     topic = %self.topic,
                     ?unbounded,
@@ -74,5 +84,25 @@ impl KafkaSource {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         Ok(())
+    }
+
+    /// Bounds `partitions` at their ends as a reader of their own fetches them now.
+    async fn bound_by_own_fetch(&self, partitions: Vec<i32>, timeout: Duration) {
+        let source = self.config.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            end_probe::fetched_ends(&source, &partitions, timeout)
+        })
+        .await;
+        let ends = match found {
+            Ok(Ok(ends)) => ends,
+            Ok(Err(e)) => return tracing::warn!("{e}"),
+            Err(e) => return tracing::warn!("kafka: reading the partitions' ends: {e}"),
+        };
+        for (partition, end) in ends {
+            if lock(&self.assignment).wants_bound(partition) {
+                tracing::info!(topic = %self.topic, partition, end, "reading the partition up to its end as of now (fetched by a reader of its own: the worker's queue was full); later records are left for the next run");
+                lock(&self.assignment).set_bound(partition, end);
+            }
+        }
     }
 }
