@@ -13,6 +13,8 @@
 //! strategies (and no ceilings) and `SLUICE_BENCH_SLUICE=path` drains with that binary.
 //! `SLUICE_BENCH_CEILINGS=mariadb` measures only the ceilings whose path names it
 //! (case-insensitive), and no scenarios: one path's row without the ten minutes.
+//! `SLUICE_BENCH_UNITS=requests` (comma-separated: records, requests, bytes) runs only the
+//! scenarios of those sinks.
 
 mod ceilings;
 /// The integration tests' helpers, which `ceilings` reaches through `kafka_pg_support`.
@@ -134,8 +136,15 @@ fn main() {
     let scenarios = runtime.block_on(scenarios(&mode, dir.path()));
     let out = mode.out_dir();
     let mut checked = Vec::new();
+    let units = std::env::var("SLUICE_BENCH_UNITS").ok();
     for Scenario { setup, input } in &scenarios {
         let name = setup.limit.name();
+        if units
+            .as_deref()
+            .is_some_and(|u| !u.split(',').any(|u| u.trim() == name))
+        {
+            continue;
+        }
         let drains: Vec<Run> = runtime.block_on(async {
             let mut runs = Vec::new();
             for &s in &mode.strategies {

@@ -158,6 +158,8 @@ pub struct SinkLimit {
     /// Records per second slow start's last whole round sent, all taken: the first guess
     /// at a limit is no lower.
     climbed: Option<f64>,
+    /// The most records per second the sink was measured taking at a push-back.
+    took_most: f64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -182,6 +184,7 @@ impl SinkLimit {
         SinkLimit {
             first: FirstContact::new(params.first_contact),
             climbed: None,
+            took_most: 0.0,
             params,
             limits: PerUnit::default(),
             binding: None,
@@ -464,5 +467,7 @@ impl SinkLimit {
 mod first_contact_tests;
 #[cfg(test)]
 mod push_back_tests;
+#[cfg(test)]
+mod requests_tests;
 #[cfg(test)]
 mod tests;

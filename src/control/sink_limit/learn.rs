@@ -20,12 +20,21 @@ const EXPERIMENT_RECORDS: f64 = 1.25;
 /// An experiment's requests per second, as a share of what the sink took: room for a
 /// sink whose reserve is empty to refill…
 const EXPERIMENT_REQUEST_SHARE: f64 = 0.8;
-/// …or up to this share when the largest batch allowed cannot carry enough records in
-/// fewer requests (4 requests/s of at most 100 records, 334 rec/s taken: 3.2 requests/s
-/// carry 320, no evidence either way; 3.8 carry 380).
+/// …or up to this share when the largest batch allowed cannot carry the experiment's
+/// records in fewer requests (4 requests/s of at most 100 records, 334 rec/s taken: 3.2
+/// requests/s carry 320, no evidence either way; 3.8 carry 380).
 const EXPERIMENT_REQUEST_SHARE_MOST: f64 = 0.95;
-/// An experiment runs long enough for this many requests, up to the longest.
+/// An experiment runs long enough for this many requests, up to the longest: a sink
+/// counting records, its reserve emptied by the push-back, refuses the experiment's
+/// excess within a few.
 const EXPERIMENT_REQUESTS: f64 = 16.0;
+/// A first push-back at no more than this multiple of the records the sink took is
+/// "near": an experiment costs less there than a cut (see `learn`).
+const FIRST_NEAR: f64 = 1.5;
+/// … and measured after this long: the last second's rate is what the sink takes, not a
+/// burst being spent (a 20 requests/s sink read 44 at 0.36 s, and an experiment at 36
+/// failed).
+const FIRST_NEAR_AFTER: Duration = Duration::from_secs(2);
 const EXPERIMENT_LONGEST: Duration = Duration::from_secs(5);
 /// Throttles this soon after a volume limit was learned are its overload's last echoes.
 const VOLUME_SETTLES: Duration = Duration::from_millis(250);
@@ -56,6 +65,30 @@ impl SinkLimit {
             self.learn_volume(&s);
             return;
         }
+        let took_requests = s.delivered.get(Unit::Requests).unwrap_or_default();
+        let took_records = s.delivered.get(Unit::Records).unwrap_or_default();
+        self.took_most = self.took_most.max(took_records);
+        // A request limit shows as a throttle while sending more requests than the sink
+        // takes (and enough of them to tell), requests that could carry more records.
+        let requests_over = last.requests_per_second() > EXPERIMENT_MIN_REQUESTS
+            && s.delivered
+                .get(Unit::Requests)
+                .is_some_and(|took| last.requests_per_second() > EXPERIMENT_OVER * took);
+        // The first push-back, at a record rate the sink nearly took: cutting records
+        // (to `beta` of what it took) costs far more than an experiment does if requests
+        // are the unit — a worker told 400 rec/s in ticks of 80 against a gateway taking 4
+        // requests of 100 sank to 224 rec/s and took 5 s more to find it — and little if
+        // they are not (a few requests of a tick's worth).
+        let first_near = s.now >= FIRST_NEAR_AFTER
+            && self.binding.is_none()
+            && self.limits == PerUnit::default()
+            && took_records > 0.0
+            && last.records_per_second <= FIRST_NEAR * took_records
+            && last.batch < self.largest_batch;
+        if first_near && requests_over && s.now >= self.experiment_after {
+            self.start_experiment(&s, took_records, took_requests);
+            return;
+        }
         // Just after a volume limit was learned the sink's reserve is empty: a throttle
         // then answers the last writes of the overload, not the new rate.
         if self
@@ -75,38 +108,43 @@ impl SinkLimit {
                     .get(Unit::Records)
                     .is_none_or(|took| took * EXPERIMENT_OVER < rate)
         }) && s.kind == Pushback::Sustained
-            && last.requests_per_second() > EXPERIMENT_MIN_REQUESTS
-            && s.delivered
-                .get(Unit::Requests)
-                .is_some_and(|took| last.requests_per_second() > EXPERIMENT_OVER * took);
+            && requests_over;
         if contradicted && s.now >= self.experiment_after {
-            let took_requests = s.delivered.get(Unit::Requests).unwrap_or_default();
-            let took_records = s.delivered.get(Unit::Records).unwrap_or_default();
-            let most = self.largest_batch.min(self.experiment_batch()) as f64;
-            let carries = EXPERIMENT_RECORDS * took_records / most;
-            let requests_per_second = (took_requests * EXPERIMENT_REQUEST_SHARE)
-                .max(carries.min(took_requests * EXPERIMENT_REQUEST_SHARE_MOST))
-                .max(f64::MIN_POSITIVE);
-            let span = self.params.experiment_for.max(
-                Duration::from_secs_f64(EXPERIMENT_REQUESTS / requests_per_second)
-                    .min(EXPERIMENT_LONGEST),
-            );
-            self.phase = Phase::Experiment {
-                settled: s.resume
-                    + Duration::from_secs_f64(3.0 / requests_per_second).min(span / 2),
-                until: s.resume + span,
-                records_per_second: last
-                    .records_per_second
-                    .max(EXPERIMENT_RECORDS * took_records),
-                requests_per_second,
-                throttled: 0,
-                took_records,
-                took_requests,
-                started: (s.resume, self.taken.totals()),
-            };
+            self.start_experiment(&s, took_records, took_requests);
             return;
         }
         self.learn_volume(&s);
+    }
+
+    /// Sends the records in fewer, larger requests for a while: if the sink takes more
+    /// records so, without throttling, requests are the unit. The records go at the most
+    /// the sink has been seen to take in a second, not at what it took while the worker
+    /// was already cut (175 rec/s, for a gateway that takes 400 in full requests).
+    fn start_experiment(&mut self, s: &Pending, took_records: f64, took_requests: f64) {
+        let records_per_second = self
+            .last_plan
+            .records_per_second
+            .max(EXPERIMENT_RECORDS * took_records)
+            .max(self.took_most);
+        let most = self.largest_batch.min(self.experiment_batch()) as f64;
+        let carries = records_per_second / most;
+        let requests_per_second = (took_requests * EXPERIMENT_REQUEST_SHARE)
+            .max(carries.min(took_requests * EXPERIMENT_REQUEST_SHARE_MOST))
+            .max(f64::MIN_POSITIVE);
+        let span = self.params.experiment_for.max(
+            Duration::from_secs_f64(EXPERIMENT_REQUESTS / requests_per_second)
+                .min(EXPERIMENT_LONGEST),
+        );
+        self.phase = Phase::Experiment {
+            settled: s.resume + Duration::from_secs_f64(3.0 / requests_per_second).min(span / 2),
+            until: s.resume + span,
+            records_per_second,
+            requests_per_second,
+            throttled: 0,
+            took_records,
+            took_requests,
+            started: (s.resume, self.taken.totals()),
+        };
     }
 
     /// Records and bytes both take what the sink delivered; a request limit learned before
