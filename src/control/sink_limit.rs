@@ -32,6 +32,7 @@ pub mod first_contact;
 mod learn;
 mod params;
 mod phases;
+mod remembered;
 mod unit;
 
 /// Per-second rates the sink took lately, each `None` when too little was measured.
@@ -115,8 +116,9 @@ enum Phase {
         records_per_second: f64,
         requests_per_second: f64,
         throttled: u32,
-        /// Records and requests per second the sink took when the experiment began.
-        took_records: f64,
+        /// Records per second taken across it that show requests to be the unit.
+        shows: f64,
+        /// Requests per second the sink took when the experiment began.
         took_requests: f64,
         /// When it began, and what was taken until then.
         started: (Duration, PerUnit<f64>),

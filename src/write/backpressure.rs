@@ -11,7 +11,7 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -21,12 +21,16 @@ use crate::config::{RateSettings, RetrySettings, ThrottleSettings};
 use crate::control::backoff::Backoff;
 use crate::control::item_refusals::{ItemRefusals, RefusalVerdict};
 use crate::control::retry_budget::RetryBudget;
-use crate::control::sink_limit::{BatchShape, Plan, Refused, SinkLimit, Unit};
+use crate::control::sink_limit::{BatchShape, LimitParams, Plan, Refused, SinkLimit, Unit};
 use crate::control::throttle::{Signal, Throttle};
 use crate::stats::Stats;
 
+use super::limit_memory::LimitMemory;
+
 /// The mean record size follows new batches with this weight.
 const RECORD_BYTES_WEIGHT: f64 = 0.2;
+/// A learned limit is kept for the next run at most this often.
+const KEEP_EVERY: Duration = Duration::from_secs(1);
 /// The longest one resend's turn lasts, whatever the plan: a worker held at a crawl
 /// (nothing held, the floor) still resends a batch within this.
 const RESEND_SPAN_MOST: Duration = Duration::from_secs(5);
@@ -40,6 +44,8 @@ pub struct Backpressure {
     /// `throttle.max_pause`, so a sink that is back is noticed within that time.
     outage: Backoff,
     stats: Arc<Stats>,
+    /// Where the learned limit is kept for the next run, if anywhere.
+    memory: Mutex<Option<LimitMemory>>,
 }
 
 struct State {
@@ -59,6 +65,10 @@ struct State {
     refusals: ItemRefusals,
     /// The rate never falls below this share of the ceiling (`throttle.min_multiplier`).
     floor: f64,
+    /// The limit last kept for the next run, and when.
+    kept: Option<((Unit, f64), Duration)>,
+    /// Keeping it failed once: not tried again.
+    keep_failed: bool,
 }
 
 impl Backpressure {
@@ -84,10 +94,56 @@ impl Backpressure {
                 resend_at: Duration::ZERO,
                 refusals: ItemRefusals::default(),
                 floor: throttle.min_multiplier,
+                kept: None,
+                keep_failed: false,
             }),
             owed: AtomicU64::new(0),
             outage,
             stats,
+            memory: Mutex::new(None),
+        }
+    }
+
+    /// Starts from the limit `memory` holds for this sink, if any, and keeps what is
+    /// learned from here on there for the next run.
+    pub fn remember(&self, memory: LimitMemory, params: LimitParams) {
+        if let Some((unit, per_second)) = memory.recall(SystemTime::now()) {
+            tracing::info!(
+                unit = unit.name(),
+                per_second,
+                path = %memory.path().display(),
+                "starting from the limit the last run learned of this sink (at throttle.beta of it, no slow start)"
+            );
+            let mut state = self.lock();
+            state.limit = SinkLimit::remembered(params, unit, per_second);
+            state.kept = Some(((unit, per_second), Duration::ZERO));
+        }
+        *crate::lock::lock(&self.memory) = Some(memory);
+    }
+
+    /// Keeps the limit learned now for the next run, when it moved by more than 1% since
+    /// the last one kept, at most once per [`KEEP_EVERY`] (and at the end, on drop). A
+    /// file that cannot be written is not tried again: a full disk would be asked every
+    /// second for nothing.
+    fn keep_learned(&self, state: &mut State, now: Duration, finally: bool) {
+        let Some(learned) = state.limit.learned() else {
+            return;
+        };
+        let moved = state.kept.is_none_or(|((unit, kept), at)| {
+            (unit != learned.0 || (learned.1 - kept).abs() > 0.01 * kept)
+                && (finally || now >= at.saturating_add(KEEP_EVERY))
+        });
+        if !moved || state.keep_failed {
+            return;
+        }
+        let memory = crate::lock::lock(&self.memory);
+        let Some(memory) = memory.as_ref() else {
+            return;
+        };
+        state.kept = Some((learned, now));
+        if let Err(e) = memory.keep(learned.0, learned.1, SystemTime::now()) {
+            tracing::warn!(path = %memory.path().display(), "throttle.remember: cannot keep the learned limit for the next run ({e}); it will meet the sink afresh");
+            state.keep_failed = true;
         }
     }
 
@@ -361,12 +417,22 @@ impl Backpressure {
         self.stats
             .sink_limit_binding
             .store(state.limit.binding().map_or(0, |u| u as u64 + 1), Relaxed);
+        self.keep_learned(&mut state, now, false);
         plan
     }
 
     /// The configured rate changed (a lease gained or lost).
     pub fn set_ceiling(&self, ceiling: f64) {
         self.lock().ceiling = ceiling;
+    }
+}
+
+impl Drop for Backpressure {
+    /// The limit learned last, kept for the next run.
+    fn drop(&mut self) {
+        let now = self.now();
+        let mut state = self.lock();
+        self.keep_learned(&mut state, now, true);
     }
 }
 

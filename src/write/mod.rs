@@ -28,6 +28,7 @@
 pub mod backpressure;
 pub mod delivery;
 pub mod limit_gate;
+pub mod limit_memory;
 mod path;
 
 pub use path::{WritePath, WriteSettings};

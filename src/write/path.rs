@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::backpressure::Backpressure;
 use super::delivery::Delivery;
 use super::limit_gate::LimitGate;
+use super::limit_memory::{LimitMemory, sink_identity};
 use crate::config::{
     Backoffs, ConcurrencySettings, Config, RateSettings, RetrySettings, ThrottleSettings,
 };
@@ -24,15 +25,30 @@ pub struct WriteSettings {
     pub throttle: ThrottleSettings,
     pub rate: RateSettings,
     pub concurrency: ConcurrencySettings,
+    /// Where the sink's learned limit is kept across runs (`throttle.remember`).
+    pub memory: Option<LimitMemory>,
 }
 
 impl WriteSettings {
     pub fn of(config: &Config) -> Self {
+        let sink = &config.sink;
+        let memory = config.throttle.remember.clone().map(|path| {
+            let mut urls: Vec<&str> = sink.urls.iter().map(|e| e.url()).collect();
+            if !sink.url.is_empty() {
+                urls.insert(0, &sink.url);
+            }
+            let kind = serde_json::to_value(sink.kind())
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            LimitMemory::new(path, sink_identity(&kind, &urls, &sink.table))
+        });
         WriteSettings {
             retry: config.retry.clone(),
             throttle: config.throttle.clone(),
             rate: config.rate.clone(),
             concurrency: config.concurrency.clone(),
+            memory,
         }
     }
 }
@@ -65,6 +81,9 @@ impl WritePath {
             backoffs.outage,
             stats.clone(),
         ));
+        if let Some(memory) = &settings.memory {
+            pressure.remember(memory.clone(), settings.throttle.limit_params());
+        }
         let gate = Arc::new(LimitGate::new(limit).with_cuts(settings.concurrency.cuts_overdue()));
         let delivery = Arc::new(Delivery::new(
             sink.clone(),

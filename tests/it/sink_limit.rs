@@ -381,3 +381,68 @@ fn after_a_30_s_outage_capacity_is_regained_within_2_s() {
         );
     }
 }
+
+/// `throttle.remember`: a worker run again against the sink it learned starts from that
+/// limit (at `throttle.beta` of it, no slow start) and is refused less than the first run,
+/// which met the sink afresh at four times its capacity; both land every record once.
+#[test]
+fn a_second_run_starts_from_the_limit_the_first_learned() {
+    let sim = Sim::start(BucketUnit::Records, CAPACITY, |_| {});
+    let dir = tempfile::tempdir().unwrap();
+    let memory = dir.path().join("limit.json");
+    let worker = Worker {
+        records_per_second: 4.0 * CAPACITY,
+        tick: "200ms",
+        max_batch: 1000,
+    };
+    let mut refused = Vec::new();
+    for (run, first_id) in [(1, 0), (2, 100_000)] {
+        let here = dir.path().join(format!("run{run}"));
+        std::fs::create_dir(&here).unwrap();
+        let body: String = (first_id + 1..=first_id + 4_000)
+            .map(|i| format!("{{\"id\":\"k{i}\",\"n\":{i}}}\n"))
+            .collect();
+        std::fs::write(here.join("in.ndjson"), body).unwrap();
+        write_config(&here, &sim.sim.ingest_url(), &worker);
+        let config = std::fs::read_to_string(here.join("sluice.toml")).unwrap();
+        let remember = format!(
+            "\n[throttle]\nremember = {:?}\n",
+            memory.display().to_string()
+        );
+        std::fs::write(here.join("sluice.toml"), config + &remember).unwrap();
+        let before = sim.stats();
+        let out = sluice()
+            .current_dir(&here)
+            .env("SLUICE_LOG", "warn,sluice::write=info")
+            .args(DRAIN)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "run {run}: {stderr}");
+        let after = sim.stats();
+        assert_eq!(
+            after.inserted - before.inserted,
+            4_000,
+            "run {run}: {stderr}"
+        );
+        let throttled = (after.requests - before.requests)
+            - (after.requests_accepted - before.requests_accepted);
+        let started_from = stderr.contains("starting from the limit the last run learned");
+        assert_eq!(started_from, run == 2, "run {run}: {stderr}");
+        let kept: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&memory).unwrap()).unwrap();
+        assert_eq!(kept["unit"], "records", "{kept}");
+        let per_second = kept["per_second"].as_f64().unwrap();
+        assert!(
+            (0.6 * CAPACITY..=1.3 * CAPACITY).contains(&per_second),
+            "run {run} kept {kept}"
+        );
+        eprintln!("run {run}: {throttled} requests refused; kept {kept}");
+        refused.push(throttled);
+    }
+    assert!(
+        refused[0] >= 1,
+        "the first run met the sink at 4x: {refused:?}"
+    );
+    assert!(refused[1] < refused[0], "{refused:?}");
+}

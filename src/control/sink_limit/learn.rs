@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Binding, Pending, PerUnit, Phase, Plan, SinkLimit, Unit};
+use super::{Binding, EXPERIMENT_SHOWS, Pending, PerUnit, Phase, Plan, SinkLimit, Unit};
 use crate::control::taken::Pushback;
 
 /// An experiment starts only while the worker sends this much more than the sink takes.
@@ -35,6 +35,10 @@ const FIRST_NEAR: f64 = 1.5;
 /// burst being spent (a 20 requests/s sink read 44 at 0.36 s, and an experiment at 36
 /// failed).
 const FIRST_NEAR_AFTER: Duration = Duration::from_secs(2);
+/// Such an experiment sends this share of the requests per second that were sent…
+const FIRST_NEAR_REQUESTS: f64 = 0.75;
+/// … and shows requests if the sink takes this share of its records.
+const FIRST_NEAR_SHOWS: f64 = 0.8;
 const EXPERIMENT_LONGEST: Duration = Duration::from_secs(5);
 /// Throttles this soon after a volume limit was learned are its overload's last echoes.
 const VOLUME_SETTLES: Duration = Duration::from_millis(250);
@@ -68,27 +72,40 @@ impl SinkLimit {
         let took_requests = s.delivered.get(Unit::Requests).unwrap_or_default();
         let took_records = s.delivered.get(Unit::Records).unwrap_or_default();
         self.took_most = self.took_most.max(took_records);
-        // A request limit shows as a throttle while sending more requests than the sink
-        // takes (and enough of them to tell), requests that could carry more records.
-        let requests_over = last.requests_per_second() > EXPERIMENT_MIN_REQUESTS
-            && s.delivered
-                .get(Unit::Requests)
-                .is_some_and(|took| last.requests_per_second() > EXPERIMENT_OVER * took);
-        // The first push-back, at a record rate the sink nearly took: cutting records
-        // (to `beta` of what it took) costs far more than an experiment does if requests
-        // are the unit — a worker told 400 rec/s in ticks of 80 against a gateway taking 4
-        // requests of 100 sank to 224 rec/s and took 5 s more to find it — and little if
-        // they are not (a few requests of a tick's worth).
+        // The first push-back, 2 s or more into a run, at a record rate the sink nearly
+        // took: cutting records (to `beta` of what it took) costs far more than an
+        // experiment does if requests are the unit — a worker told 400 rec/s in ticks of 80
+        // against a gateway taking 4 requests of 100 sank to 224 rec/s and took 5 s more to
+        // find it — and little if they are not (a few requests of a tick's worth). The
+        // last second may hold the end of a spent burst (that gateway's read 5 requests
+        // taken of 5 sent), so the experiment sends fewer requests than were sent, with
+        // the same records, and shows requests if the sink takes them all.
         let first_near = s.now >= FIRST_NEAR_AFTER
             && self.binding.is_none()
             && self.limits == PerUnit::default()
             && took_records > 0.0
             && last.records_per_second <= FIRST_NEAR * took_records
+            && last.requests_per_second() > EXPERIMENT_MIN_REQUESTS
             && last.batch < self.largest_batch;
-        if first_near && requests_over && s.now >= self.experiment_after {
-            self.start_experiment(&s, took_records, took_requests);
+        if first_near && s.now >= self.experiment_after {
+            let requests_per_second = FIRST_NEAR_REQUESTS * last.requests_per_second();
+            let most = self.largest_batch.min(self.experiment_batch()) as f64;
+            let records_per_second = last.records_per_second.min(requests_per_second * most);
+            self.start_experiment(
+                &s,
+                records_per_second,
+                requests_per_second,
+                FIRST_NEAR_SHOWS * records_per_second,
+                requests_per_second,
+            );
             return;
         }
+        // A request limit shows as a throttle while sending more requests than the sink
+        // takes (and enough of them to tell).
+        let requests_over = last.requests_per_second() > EXPERIMENT_MIN_REQUESTS
+            && s.delivered
+                .get(Unit::Requests)
+                .is_some_and(|took| last.requests_per_second() > EXPERIMENT_OVER * took);
         // Just after a volume limit was learned the sink's reserve is empty: a throttle
         // then answers the last writes of the overload, not the new rate.
         if self
@@ -110,27 +127,41 @@ impl SinkLimit {
         }) && s.kind == Pushback::Sustained
             && requests_over;
         if contradicted && s.now >= self.experiment_after {
-            self.start_experiment(&s, took_records, took_requests);
+            // The records go at the most the sink has been seen to take in a second, not
+            // at what it took while the worker was already cut (175 rec/s, for a gateway
+            // that takes 400 in full requests), in requests that carry them.
+            let records_per_second = last
+                .records_per_second
+                .max(EXPERIMENT_RECORDS * took_records)
+                .max(self.took_most);
+            let most = self.largest_batch.min(self.experiment_batch()) as f64;
+            let carries = records_per_second / most;
+            let requests_per_second = (took_requests * EXPERIMENT_REQUEST_SHARE)
+                .max(carries.min(took_requests * EXPERIMENT_REQUEST_SHARE_MOST))
+                .max(f64::MIN_POSITIVE);
+            self.start_experiment(
+                &s,
+                records_per_second,
+                requests_per_second,
+                EXPERIMENT_SHOWS * took_records,
+                took_requests,
+            );
             return;
         }
         self.learn_volume(&s);
     }
 
-    /// Sends the records in fewer, larger requests for a while: if the sink takes more
-    /// records so, without throttling, requests are the unit. The records go at the most
-    /// the sink has been seen to take in a second, not at what it took while the worker
-    /// was already cut (175 rec/s, for a gateway that takes 400 in full requests).
-    fn start_experiment(&mut self, s: &Pending, took_records: f64, took_requests: f64) {
-        let records_per_second = self
-            .last_plan
-            .records_per_second
-            .max(EXPERIMENT_RECORDS * took_records)
-            .max(self.took_most);
-        let most = self.largest_batch.min(self.experiment_batch()) as f64;
-        let carries = records_per_second / most;
-        let requests_per_second = (took_requests * EXPERIMENT_REQUEST_SHARE)
-            .max(carries.min(took_requests * EXPERIMENT_REQUEST_SHARE_MOST))
-            .max(f64::MIN_POSITIVE);
+    /// Sends `records_per_second` in `requests_per_second` for a while: if the sink takes
+    /// `shows` records per second so, without throttling, requests are the unit, and their
+    /// limit is no lower than `took_requests`.
+    fn start_experiment(
+        &mut self,
+        s: &Pending,
+        records_per_second: f64,
+        requests_per_second: f64,
+        shows: f64,
+        took_requests: f64,
+    ) {
         let span = self.params.experiment_for.max(
             Duration::from_secs_f64(EXPERIMENT_REQUESTS / requests_per_second)
                 .min(EXPERIMENT_LONGEST),
@@ -141,7 +172,7 @@ impl SinkLimit {
             records_per_second,
             requests_per_second,
             throttled: 0,
-            took_records,
+            shows,
             took_requests,
             started: (s.resume, self.taken.totals()),
         };

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Binding, EXPERIMENT_SHOWS, PerUnit, Phase, SinkLimit, Unit};
+use super::{Binding, PerUnit, Phase, SinkLimit, Unit};
 
 impl SinkLimit {
     /// Ends phases whose time is up.
@@ -13,16 +13,13 @@ impl SinkLimit {
             Phase::Experiment {
                 until,
                 requests_per_second,
-                took_records,
+                shows,
                 took_requests,
                 started: (at, before),
                 ..
             } if now >= until => {
                 let taken = self.taken.since(before, now.saturating_sub(at));
-                if taken
-                    .get(Unit::Records)
-                    .is_none_or(|r| r < EXPERIMENT_SHOWS * took_records)
-                {
+                if taken.get(Unit::Records).is_none_or(|r| r < shows) {
                     // Not throttled, but the sink took no more records than before: no
                     // evidence against volume.
                     self.end_experiment(now);

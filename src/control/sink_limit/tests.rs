@@ -41,6 +41,8 @@ pub(super) struct Setup {
     pub(super) outage: Option<(Duration, Duration)>,
     pub(super) run_for: Duration,
     pub(super) first_contact: FirstContactParams,
+    /// A limit a previous run learned, to start from.
+    pub(super) remembered: Option<(Unit, f64)>,
 }
 
 impl Setup {
@@ -59,6 +61,7 @@ impl Setup {
             outage: None,
             run_for: secs(60),
             first_contact: FirstContactParams::default(),
+            remembered: None,
         }
     }
 
@@ -138,10 +141,14 @@ fn index(at: Duration) -> usize {
 /// Runs the worker's control loop against the emulated sink, one step per tick; a write is
 /// answered at once.
 pub(super) fn drive(setup: Setup) -> Outcome {
-    let mut limit = SinkLimit::new(LimitParams {
+    let params = LimitParams {
         first_contact: setup.first_contact,
         ..LimitParams::default()
-    });
+    };
+    let mut limit = match setup.remembered {
+        Some((unit, per_second)) => SinkLimit::remembered(params, unit, per_second),
+        None => SinkLimit::new(params),
+    };
     let mut throttle = Throttle::new(ThrottleParams {
         window: setup.tick,
         pause_jitter: 0.0,

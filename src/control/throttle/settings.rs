@@ -3,6 +3,7 @@
 //! learned limit ([`LimitParams`]); the limit's defaults are `LimitParams::default`, the
 //! one its unit tests run on.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use schemars::JsonSchema;
@@ -48,6 +49,11 @@ pub struct ThrottleSettings {
     /// across the tick, so that a sink of unknown capacity is not overrun by a whole tick.
     /// `false`: the whole rate, a tick's worth at once, from the first tick.
     pub slow_start: bool,
+    /// A file where the worker keeps the limit it learned of the sink, to start the next
+    /// run against the same sink (kind, URL, table; learned within a day) from `beta` of
+    /// it, without slow start: a worker restarted after a kill does not meet an overloaded
+    /// sink as a stranger. One file per worker. Unset: every run meets the sink afresh.
+    pub remember: Option<PathBuf>,
 }
 
 impl Default for ThrottleSettings {
@@ -62,6 +68,7 @@ impl Default for ThrottleSettings {
             pause_jitter: DEFAULT_PAUSE_JITTER,
             max_pause: DEFAULT_MAX_PAUSE,
             slow_start: limit.first_contact != FirstContactParams::NONE,
+            remember: None,
         }
     }
 }
@@ -119,6 +126,17 @@ impl ThrottleSettings {
         p.positive_duration("throttle.probe_every", t.probe_every);
         p.within("throttle.pause_jitter", t.pause_jitter, 0.0, 1000.0);
         p.positive_duration("throttle.max_pause", t.max_pause);
+        if let Some(path) = &t.remember {
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            if path.as_os_str().is_empty() || path.is_dir() {
+                p.add("throttle.remember", "must name a file".to_string());
+            } else if dir.is_some_and(|d| !d.is_dir()) {
+                p.add(
+                    "throttle.remember",
+                    format!("the directory of {} does not exist", path.display()),
+                );
+            }
+        }
     }
 }
 
