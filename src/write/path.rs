@@ -5,6 +5,7 @@
 //! [`crate::write`] lists). The worker and the tests build it the same way, so what the
 //! tests exercise is what runs.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::backpressure::Backpressure;
@@ -16,6 +17,7 @@ use crate::config::{
 };
 use crate::control::limit::ConcurrencyLimit;
 use crate::sink::Sink;
+use crate::source::settings::SourceSettings;
 use crate::stats::Stats;
 
 /// What the write path reads of the configuration.
@@ -32,7 +34,7 @@ pub struct WriteSettings {
 impl WriteSettings {
     pub fn of(config: &Config) -> Self {
         let sink = &config.sink;
-        let memory = config.throttle.remember.clone().map(|path| {
+        let memory = remember_at(config).map(|path| {
             let mut urls: Vec<&str> = sink.urls.iter().map(|e| e.url()).collect();
             if !sink.url.is_empty() {
                 urls.insert(0, &sink.url);
@@ -50,6 +52,25 @@ impl WriteSettings {
             concurrency: config.concurrency.clone(),
             memory,
         }
+    }
+}
+
+/// Where the learned limit is kept (`throttle.remember`): the path set; unset, beside a
+/// file source's checkpoint (kept with it, as the checkpoint is one worker's alone);
+/// `""`, nowhere. Other sources keep it only where told: workers sharing a configuration
+/// would share the file.
+fn remember_at(config: &Config) -> Option<PathBuf> {
+    match &config.throttle.remember {
+        Some(path) if path.as_os_str().is_empty() => None,
+        Some(path) => Some(path.clone()),
+        None => match &config.source {
+            SourceSettings::File(file) => file.checkpoint_path().map(|checkpoint| {
+                let mut name = checkpoint.into_os_string();
+                name.push(".limit");
+                PathBuf::from(name)
+            }),
+            _ => None,
+        },
     }
 }
 

@@ -384,7 +384,8 @@ fn after_a_30_s_outage_capacity_is_regained_within_2_s() {
 
 /// `throttle.remember`: a worker run again against the sink it learned starts from that
 /// limit (at `throttle.beta` of it, no slow start) and is refused less than the first run,
-/// which met the sink afresh at four times its capacity; both land every record once.
+/// which met the sink afresh at four times its capacity; both land every record once. A
+/// third, with the key unset, keeps its limit beside its checkpoint; one with `""`, nowhere.
 #[test]
 fn a_second_run_starts_from_the_limit_the_first_learned() {
     let sim = Sim::start(BucketUnit::Records, CAPACITY, |_| {});
@@ -396,7 +397,7 @@ fn a_second_run_starts_from_the_limit_the_first_learned() {
         max_batch: 1000,
     };
     let mut refused = Vec::new();
-    for (run, first_id) in [(1, 0), (2, 100_000)] {
+    for (run, first_id) in [(1, 0), (2, 100_000), (3, 200_000), (4, 300_000)] {
         let here = dir.path().join(format!("run{run}"));
         std::fs::create_dir(&here).unwrap();
         let body: String = (first_id + 1..=first_id + 4_000)
@@ -405,10 +406,14 @@ fn a_second_run_starts_from_the_limit_the_first_learned() {
         std::fs::write(here.join("in.ndjson"), body).unwrap();
         write_config(&here, &sim.sim.ingest_url(), &worker);
         let config = std::fs::read_to_string(here.join("sluice.toml")).unwrap();
-        let remember = format!(
-            "\n[throttle]\nremember = {:?}\n",
-            memory.display().to_string()
-        );
+        let remember = match run {
+            1 | 2 => format!(
+                "\n[throttle]\nremember = {:?}\n",
+                memory.display().to_string()
+            ),
+            3 => String::new(),
+            _ => "\n[throttle]\nremember = \"\"\n".to_string(),
+        };
         std::fs::write(here.join("sluice.toml"), config + &remember).unwrap();
         let before = sim.stats();
         let out = sluice()
@@ -429,8 +434,18 @@ fn a_second_run_starts_from_the_limit_the_first_learned() {
             - (after.requests_accepted - before.requests_accepted);
         let started_from = stderr.contains("starting from the limit the last run learned");
         assert_eq!(started_from, run == 2, "run {run}: {stderr}");
+        let beside = here.join("in.ndjson.sluice-checkpoint.limit");
+        assert_eq!(
+            beside.exists(),
+            run == 3,
+            "run {run}: the default beside the checkpoint"
+        );
+        if run == 4 {
+            break;
+        }
+        let kept_at = if run == 3 { &beside } else { &memory };
         let kept: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&memory).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(kept_at).unwrap()).unwrap();
         assert_eq!(kept["unit"], "records", "{kept}");
         let per_second = kept["per_second"].as_f64().unwrap();
         assert!(

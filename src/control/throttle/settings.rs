@@ -52,7 +52,8 @@ pub struct ThrottleSettings {
     /// A file where the worker keeps the limit it learned of the sink, to start the next
     /// run against the same sink (kind, URL, table; learned within a day) from `beta` of
     /// it, without slow start: a worker restarted after a kill does not meet an overloaded
-    /// sink as a stranger. One file per worker. Unset: every run meets the sink afresh.
+    /// sink as a stranger. One file per worker. Unset: beside a file source's checkpoint
+    /// (`<checkpoint>.limit`), nowhere for the other sources; `""`: nowhere.
     pub remember: Option<PathBuf>,
 }
 
@@ -126,9 +127,9 @@ impl ThrottleSettings {
         p.positive_duration("throttle.probe_every", t.probe_every);
         p.within("throttle.pause_jitter", t.pause_jitter, 0.0, 1000.0);
         p.positive_duration("throttle.max_pause", t.max_pause);
-        if let Some(path) = &t.remember {
+        if let Some(path) = t.remember.as_ref().filter(|p| !p.as_os_str().is_empty()) {
             let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-            if path.as_os_str().is_empty() || path.is_dir() {
+            if path.is_dir() {
                 p.add("throttle.remember", "must name a file".to_string());
             } else if dir.is_some_and(|d| !d.is_dir()) {
                 p.add(
