@@ -102,8 +102,28 @@ fn counts(out: &Output) -> (u64, u64, u64, u64, u64, u64) {
     )
 }
 
+/// Every attempt is checked whole (the newest version of every key, every record
+/// accounted for); the scenario is run again when its kill forced no redelivery the guard
+/// had to refuse (killed just after a commit, or with the victim's last batches superseded
+/// in the redelivered ones: 0 stale in about one run in four), so that the guard is seen
+/// at work at least once in three.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_change_events_two_workers_one_killed_newest_version_wins() {
+    let mut stale = Vec::new();
+    for _ in 0..3 {
+        stale.push(killed_mid_drain().await);
+        if stale.last() > Some(&0) {
+            return;
+        }
+    }
+    panic!(
+        "the guard refused versions older than the stored ones (batches finished out of order, redelivery): {stale:?} stale in three runs"
+    );
+}
+
+/// Two daemons drain the change events, one is killed mid-run and started again; returns
+/// how many redelivered versions the guard refused as stale.
+async fn killed_mid_drain() -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let topic = unique("sluice_upsert");
     let table = topic.replace('-', "_");
@@ -236,15 +256,12 @@ async fn kafka_change_events_two_workers_one_killed_newest_version_wins() {
     .collect();
     assert_eq!(versions, last_offsets);
     assert_eq!(high_watermarks(&topic, PARTITIONS).await, ends);
-    assert!(
-        stale > 0,
-        "the guard refused versions older than the stored ones (batches finished out of order, redelivery): {stale} stale"
-    );
     let deleted_keys = want.values().filter(|v| v.is_none()).count();
     eprintln!(
         "upsert: {EVENTS} events over {KEYS} keys ({deleted_keys} deleted at the end) produced in {produced:.1?}, drained by 2 workers (one killed at {committed} committed) in {drained:.1?}; {stale} stale"
     );
     clean_up(&table, &topic).await;
+    stale
 }
 
 /// Collects a running worker's stderr as it comes.
