@@ -30,6 +30,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("decode_record", decode_record),
     ("file_lines", file::lines),
     ("checkpoint", file::checkpoint),
+    ("limit_memory", limit_memory),
 ];
 
 /// `name: value` lines as a response's headers (lines that are no header are skipped),
@@ -205,4 +206,23 @@ pub fn decode_record(data: &[u8]) {
             }
         }
     }
+}
+
+/// `throttle.remember`'s file, as a restarted worker reads it: a limit comes back only
+/// positive and finite, and for one sink at most.
+pub fn limit_memory(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let sinks = [
+        "http http://127.0.0.1:9200/ records",
+        "sqlite sqlite://x records",
+    ];
+    let mut found = 0;
+    for sink in sinks {
+        if let Some((_, per_second)) = crate::write::limit_memory::read(&text, sink, now) {
+            assert!(per_second.is_finite() && per_second > 0.0, "{per_second}");
+            found += 1;
+        }
+    }
+    assert!(found <= 1, "one file, one sink: {text}");
 }

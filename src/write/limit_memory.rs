@@ -60,23 +60,13 @@ impl LimitMemory {
                 return None;
             }
         };
-        let found = match serde_json::from_str::<Remembered>(&text) {
-            Ok(found) => found,
+        match serde_json::from_str::<Remembered>(&text) {
+            Ok(found) => usable(found, &self.sink, now),
             Err(e) => {
                 tracing::warn!(path = %self.path.display(), "throttle.remember: the remembered limit is not readable ({e}); meeting the sink afresh");
-                return None;
+                None
             }
-        };
-        let unit = Unit::ALL.into_iter().find(|u| u.name() == found.unit)?;
-        let age = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .ok()?
-            .saturating_sub(Duration::from_secs(found.learned_at));
-        let usable = found.sink == self.sink
-            && found.per_second.is_finite()
-            && found.per_second > 0.0
-            && age <= KEPT_FOR;
-        usable.then_some((unit, found.per_second))
+        }
     }
 
     /// Keeps `per_second` in `unit` as this sink's limit, learned at `now`: written whole
@@ -98,6 +88,25 @@ impl LimitMemory {
         std::fs::write(&partial, body + "\n")?;
         std::fs::rename(&partial, &self.path)
     }
+}
+
+/// The limit `text` holds for `sink`, if it is usable at `now`: the same sink, a known unit,
+/// a positive finite rate, learned within [`KEPT_FOR`]. Whatever the bytes, no panic.
+pub fn read(text: &str, sink: &str, now: SystemTime) -> Option<(Unit, f64)> {
+    usable(serde_json::from_str(text).ok()?, sink, now)
+}
+
+fn usable(found: Remembered, sink: &str, now: SystemTime) -> Option<(Unit, f64)> {
+    let unit = Unit::ALL.into_iter().find(|u| u.name() == found.unit)?;
+    let age = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .ok()?
+        .saturating_sub(Duration::from_secs(found.learned_at));
+    let usable = found.sink == sink
+        && found.per_second.is_finite()
+        && found.per_second > 0.0
+        && age <= KEPT_FOR;
+    usable.then_some((unit, found.per_second))
 }
 
 /// How a sink is told apart from another in the file: its kind, each URL without user,
