@@ -217,6 +217,7 @@ impl Config {
         self.retry.validate(&mut p);
         self.concurrency.validate(&mut p);
         self.throttle.validate(&mut p);
+        self.remember_clobbers_nothing(&mut p);
         self.shutdown.validate(&mut p);
         if let Some(leases) = &self.leases {
             leases.validate(self.source.kind(), &mut p);
@@ -224,6 +225,52 @@ impl Config {
         self.telemetry.validate(&mut p);
         self.health.validate(&self.sink, &mut p);
         p.into_result()
+    }
+}
+
+impl Config {
+    /// `throttle.remember` is rewritten whole: it must not be a file the run reads or
+    /// writes (the input, its checkpoint, the dead-letter file), nor any existing file that
+    /// is not a remembered limit (a typo in the path must not replace someone's data).
+    fn remember_clobbers_nothing(&self, p: &mut Problems) {
+        let Some(path) = self
+            .throttle
+            .remember
+            .as_ref()
+            .filter(|path| !path.as_os_str().is_empty() && !path.is_dir())
+        else {
+            // A directory is refused by `[throttle]`'s own check.
+            return;
+        };
+        let mut ours: Vec<(&str, PathBuf)> = Vec::new();
+        if let SourceSettings::File(file) = &self.source {
+            ours.extend(file.path.clone().map(|input| ("source.path", input)));
+            ours.extend(file.checkpoint_path().map(|c| ("source.checkpoint", c)));
+        }
+        if let Some(dead) = self.sink.dead_letters().and_then(|d| d.path.clone()) {
+            ours.push(("sink.dead_letters.path", dead));
+        }
+        let same = |a: &Path, b: &Path| {
+            a == b
+                || matches!(
+                    (a.canonicalize(), b.canonicalize()),
+                    (Ok(x), Ok(y)) if x == y
+                )
+        };
+        if let Some((key, _)) = ours.iter().find(|(_, other)| same(path, other)) {
+            p.add(
+                "throttle.remember",
+                format!("{} is also {key}: it would be overwritten", path.display()),
+            );
+        } else if crate::write::limit_memory::holds_something_else(path) {
+            p.add(
+                "throttle.remember",
+                format!(
+                    "{} exists and is not a remembered limit: refusing to overwrite it",
+                    path.display()
+                ),
+            );
+        }
     }
 }
 

@@ -357,3 +357,37 @@ fn the_rate_is_a_ceiling_only_where_it_was_set() {
         Some(70.0)
     );
 }
+
+/// `throttle.remember` is rewritten whole: the input, its checkpoint, a directory or a
+/// file holding anything but a remembered limit are refused naming the key; a missing
+/// file, or one of its own, is taken.
+#[test]
+fn a_remembered_limit_never_overwrites_another_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = write(d, "data.json", "{\"id\":1}\n");
+    let load = |remember: &Path| {
+        let extra = format!("[throttle]\nremember = {:?}\n", remember);
+        Config::load(&base(d, &extra), &Overrides::default()).map_err(|e| e.to_string())
+    };
+    for (path, why) in [
+        (d.join("in.ndjson"), "is also source.path"),
+        (
+            d.join("in.ndjson.sluice-checkpoint"),
+            "is also source.checkpoint",
+        ),
+        (data.clone(), "is not a remembered limit"),
+        (d.to_path_buf(), "must name a file"),
+        (d.join("missing").join("limit"), "does not exist"),
+    ] {
+        let e = load(&path).unwrap_err();
+        assert!(
+            e.contains("throttle.remember") && e.contains(why),
+            "{path:?}: {e}"
+        );
+    }
+    assert!(load(&d.join("limit")).is_ok());
+    std::fs::write(d.join("empty"), "").unwrap();
+    assert!(load(&d.join("empty")).is_ok());
+    assert_eq!(std::fs::read_to_string(&data).unwrap(), "{\"id\":1}\n");
+}

@@ -78,8 +78,9 @@ impl SinkLimit {
         // against a gateway taking 4 requests of 100 sank to 224 rec/s and took 5 s more to
         // find it — and little if they are not (a few requests of a tick's worth). The
         // last second may hold the end of a spent burst (that gateway's read 5 requests
-        // taken of 5 sent), so the experiment sends fewer requests than were sent, with
-        // the same records, and shows requests if the sink takes them all.
+        // taken of 5 sent), so the experiment sends fewer requests than were sent (75%),
+        // with the same records, and shows requests if the sink takes 80% of those records
+        // per second without throttling twice.
         let first_near = s.now >= FIRST_NEAR_AFTER
             && self.binding.is_none()
             && self.limits == PerUnit::default()
