@@ -21,7 +21,7 @@ use crate::control::sink_limit::Unit;
 pub const KEPT_FOR: Duration = Duration::from_secs(24 * 3600);
 
 /// A remembered limit is a line of JSON; a larger file is something else.
-const LARGEST: u64 = 64 * 1024;
+pub const LARGEST: u64 = 64 * 1024;
 
 /// What the file holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,23 +103,6 @@ pub fn read(text: &str, sink: &str, now: SystemTime) -> Option<(Unit, f64)> {
     usable(serde_json::from_str(text).ok()?, sink, now)
 }
 
-/// `path` is an existing file that is neither empty nor a remembered limit (of any sink,
-/// however old): overwriting it would lose what it holds.
-pub fn holds_something_else(path: &Path) -> bool {
-    match std::fs::metadata(path) {
-        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
-        // Not read: a device (`/dev/zero`) or a large file is nothing of ours.
-        Ok(meta) if !meta.is_file() || meta.len() > LARGEST => true,
-        Ok(_) => match std::fs::read(path) {
-            Ok(bytes) => {
-                !bytes.iter().all(u8::is_ascii_whitespace)
-                    && serde_json::from_slice::<Remembered>(&bytes).is_err()
-            }
-            Err(_) => true,
-        },
-    }
-}
-
 fn usable(found: Remembered, sink: &str, now: SystemTime) -> Option<(Unit, f64)> {
     let unit = Unit::ALL.into_iter().find(|u| u.name() == found.unit)?;
     let age = now
@@ -196,26 +179,6 @@ mod tests {
             std::fs::write(&path, body).unwrap();
             assert_eq!(memory.recall(at(2)), None, "{body:?}");
         }
-    }
-
-    #[test]
-    fn only_a_missing_empty_or_remembered_file_may_be_overwritten() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("limit");
-        assert!(!holds_something_else(&path), "missing");
-        std::fs::write(&path, "\n").unwrap();
-        assert!(!holds_something_else(&path), "empty");
-        LimitMemory::new(path.clone(), "x".into())
-            .keep(Unit::Records, 5.0, at(1))
-            .unwrap();
-        assert!(!holds_something_else(&path), "ours, of another sink");
-        std::fs::write(&path, "{\"id\":1}\n").unwrap();
-        assert!(holds_something_else(&path), "someone's data");
-        assert!(holds_something_else(dir.path()), "a directory");
-        assert!(
-            holds_something_else(Path::new("/dev/zero")),
-            "a device, not read"
-        );
     }
 
     #[test]
