@@ -21,7 +21,7 @@ use crate::control::sink_limit::Unit;
 pub const KEPT_FOR: Duration = Duration::from_secs(24 * 3600);
 
 /// A remembered limit is a line of JSON; a larger file is something else.
-pub const LARGEST: u64 = 64 * 1024;
+const LARGEST: u64 = 64 * 1024;
 
 /// What the file holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
