@@ -99,7 +99,7 @@ impl Health {
                 },
                 failing: Mutex::new(None),
                 gate: Mutex::new(ProbeGate::new(limits_of(p, None))),
-                steer: Mutex::new(p.target(None).map(steer_under)),
+                steer: Mutex::new(p.target(None).map(|t| steer_under(p, t))),
                 baseline: Mutex::new(None),
                 config: p.clone(),
             })

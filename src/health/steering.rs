@@ -18,8 +18,21 @@ pub(super) fn limits_of(p: &ProbeSettings, baseline: Option<f64>) -> ProbeLimits
     }
 }
 
-pub(super) fn steer_under(target: f64) -> ProbeTarget {
-    ProbeTarget::new(target, TargetParams::default())
+/// Steering under `target` for the probe `p`: paced per what one reading reaches back
+/// over (a canary's window, another probe's interval).
+pub(super) fn steer_under(p: &ProbeSettings, target: f64) -> ProbeTarget {
+    let memory = if p.is_canary() {
+        p.window()
+    } else {
+        p.interval()
+    };
+    ProbeTarget::new(
+        target,
+        TargetParams {
+            memory,
+            ..TargetParams::default()
+        },
+    )
 }
 
 impl Probe {
@@ -54,7 +67,7 @@ impl Health {
         let target = probe.config.target(Some(baseline));
         let mut steer = lock(&probe.steer);
         if steer.as_ref().map(ProbeTarget::target) != target {
-            *steer = target.map(steer_under);
+            *steer = target.map(|t| steer_under(&probe.config, t));
         }
         tracing::info!(
             probe = %probe.name,
