@@ -9,25 +9,31 @@
   (d) sluice, rate = "off" + canary max = "2x"   (today's threshold: hold above)
   (e) sluice, rate = "auto" + canary target = "2x"
 
-One command, from the repository root (builds sluice first; `--release` for an optimized
-build):
+One command, from the repository root (`--release` builds sluice optimized first):
 
-  python3 scripts/auto-rate-experiment.py            # 500,000 rows of ~1 KB
-  python3 scripts/auto-rate-experiment.py --rows 100000 --sweep-rows 50000   # quicker
+  python3 scripts/auto-rate-experiment.py --release
 
-It starts a scratch cluster (initdb in a temp dir, run as the postgres user when run as
-root), `pgbench -i`, measures the unthrottled tps once, runs the production workload at
-`--production-share` of it (`-R`, built-in select-only by default, per-transaction `--log`), and for
-each strategy: 15 s of production alone, then the load, then 5 s more. Production's
-baseline p99 is measured alone for 30 s first; the target is twice it. The results go to
-docs/bench/auto-rate.md (table) and docs/bench/auto-rate.svg (plot), the raw series to
-target/auto-rate/.
+Every strategy runs on a fresh scratch cluster (initdb in a temp dir, run as the postgres
+user when run as root; `pgbench -i -s 10`; shared_buffers over the load, no checkpoint
+inside a run): 15 s of production alone, the load, 5 s more. Production is pgbench at
+`--production-share` of its unthrottled tps (`-R`, per-transaction `--log`), by default a
+read that does work (the sum of 10,000 accounts' balances, ~1 ms of CPU; `--range 0
+--builtin select-only` for the built-in). The target is twice production's baseline p99 —
+the median 1 s window's, measured alone for 30 s first — and each strategy is judged by its
+share of 1 s windows within it. The clients (pgbench, psql, sluice) run at other
+priorities than the database (pgbench -5, the load +10), as on hosts of their own: what is
+judged is what the load does to the database. The table goes to target/auto-rate/table.md,
+the plot of (a), (d), (e) to docs/bench/auto-rate.svg, each strategy's series to
+target/auto-rate/<key>.json.
 
-First runs (2026-12-02, 2 cores) judged nothing yet: the strategies share one cluster one
-after another, and a 500,000-row load leaves the next one a checkpoint of its dirty
-buffers and WAL (load average 20 at the start of the third run; the canary's baseline
-before (e)'s first write was 2.4 ms against 0.34 ms at the start), and a 2x target of a
-0.34 ms p99 is broken by any process sharing the two cores. See issue #41's note.
+Why this shape (runs of 2026-12-02 and -04, 2 cores; see docs/bench/auto-rate.md): with
+the strategies one after another on one cluster, a 500,000-row load left the next a
+checkpoint of its dirty buffers (load average 20); with pgbench's select-only (0.2 ms) on
+one core, a 2x target of its p99 broke at any load that held the core 1% of a second (500
+rows/s: 85% of windows within it), since a query that arrives during another's time slice
+waits out the slice; with production at 30% of the machine, 1,000 rows/s already broke it
+in 12% of windows. At 15% and a read of ~1 ms, the contention is real ((a) and (b) break
+the target) and there is room to load beside it.
 """
 
 import argparse
@@ -46,7 +52,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "target" / "auto-rate"
-CANARY_QUERY = "SELECT abalance FROM pgbench_accounts WHERE aid = 1"
+# The canary: a query like production's. A primary-key lookup (50 us) read 0.12-0.35 ms
+# while the load took production's p99 from 4.7 to 12 ms: a query that short is scheduled
+# at once beside a busy backend, where one that works for a millisecond shares the core.
+PK_CANARY = "SELECT abalance FROM pgbench_accounts WHERE aid = 1"
+
+
+def canary_query(args):
+    if not args.range:
+        return PK_CANARY
+    return f"SELECT sum(abalance) FROM pgbench_accounts WHERE aid BETWEEN 1 AND {1 + args.range}"
 
 
 def free_port():
@@ -61,9 +76,15 @@ def pg_bin():
 
 
 class Cluster:
-    """A scratch PostgreSQL in a temp dir; stopped by stop()."""
+    """A scratch PostgreSQL in a temp dir, on its own core(s); stopped by stop().
 
-    def __init__(self):
+    Each strategy gets a fresh one: a 500,000-row load leaves dirty buffers, WAL and a
+    checkpoint behind that the next strategy would otherwise pay for (the first runs'
+    mistake). shared_buffers holds the load and pgbench's tables, and no checkpoint falls
+    inside a run: what the load costs is CPU, WAL and its commits' fsyncs, as on a
+    database sized for its data."""
+
+    def __init__(self, cpus, scale):
         self.bin = pg_bin()
         self.dir = Path(tempfile.mkdtemp(prefix="sluice-auto-rate-"))
         self.as_postgres = os.geteuid() == 0
@@ -75,11 +96,20 @@ class Cluster:
         (self.data / "postgresql.auto.conf").write_text(
             f"listen_addresses = '127.0.0.1'\nport = {self.port}\n"
             f"unix_socket_directories = '{self.dir}'\n"
-            "shared_buffers = '256MB'\nmax_wal_size = '4GB'\n"
+            "shared_buffers = '4GB'\nmax_wal_size = '16GB'\ncheckpoint_timeout = '30min'\n"
             "synchronous_commit = on\nfsync = on\n"
         )
-        self.tool("pg_ctl", "-D", str(self.data), "-l", str(self.dir / "log"), "-w", "start")
+        # The database's host: every backend inherits the postmaster's affinity, so
+        # production's, the load's and the canary's backends share these cores.
+        subprocess.run(["taskset", "-c", cpus, *self.command(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.dir / "log"), "-w", "start")],
+            check=True, capture_output=True)
         self.sql("CREATE DATABASE bench", db="postgres")
+        self.tool("pgbench", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                  "-i", "-s", str(scale), "-q", "bench")
+        self.sql("VACUUM ANALYZE")
+        self.sql("CHECKPOINT")
+        subprocess.run(["sync"])
 
     def command(self, tool, *args):
         exe = [str(self.bin / tool)] if (self.bin / tool).exists() else [tool]
@@ -105,18 +135,38 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def clients(args, nice):
+    """The clients' host: the other core(s). Production's client runs at a higher priority
+    than the load's, as if each had a host of its own: the experiment judges what the load
+    does to the database, not what it does to a pgbench process beside it."""
+    return ["taskset", "-c", args.client_cpus, "nice", "-n", str(nice)]
+
+
+def workload(cluster, args):
+    """pgbench's arguments for production's transactions: a built-in script, or (`--range
+    N`) a read that does work: the sum of N accounts' balances by an index range scan."""
+    if not args.range:
+        return ["-b", args.builtin]
+    script = cluster.dir / "range.sql"
+    script.write_text(f"\\set aid random(1, 100000 * :scale - {args.range})\n"
+                      f"SELECT sum(abalance) FROM pgbench_accounts WHERE aid BETWEEN :aid AND :aid + {args.range};\n")
+    if cluster.as_postgres:
+        shutil.chown(script, "postgres")
+    return ["-f", str(script)]
+
+
 class Production:
     """pgbench at a fixed rate, logging every transaction; latencies per 1 s window."""
 
-    def __init__(self, cluster, rate, name, builtin):
+    def __init__(self, cluster, rate, name, args):
         # In the cluster's directory: pgbench may run as the postgres user.
         self.dir = cluster.dir / f"pgbench-{name}"
         self.dir.mkdir()
         if cluster.as_postgres:
             shutil.chown(self.dir, "postgres")
         self.proc = subprocess.Popen(
-            cluster.command("pgbench", "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres",
-                            "-b", builtin, "-c", "4", "-j", "2", "-R", str(rate), "-T", "3600", "-n",
+            clients(args, -5) + cluster.command("pgbench", "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres",
+                            *workload(cluster, args), "-c", "4", "-j", "2", "-R", str(rate), "-T", "3600", "-n",
                             "-l", f"--log-prefix={self.dir}/tx", "bench"),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.started = time.time()
@@ -149,13 +199,14 @@ def pct(values, q):
 
 
 def sample_rows(stop, get, into):
-    """Rows loaded so far, once a second, into `into` as (epoch, rows)."""
+    """Rows loaded so far (and, from sluice, its canary's value and the rate it steers),
+    twice a second, into `into` as (epoch, rows, ...)."""
     while not stop.is_set():
         try:
-            into.append((time.time(), get()))
+            into.append((time.time(), *get()))
         except Exception:
             pass
-        stop.wait(1.0)
+        stop.wait(0.5)
 
 
 def write_rows(path, rows):
@@ -167,7 +218,7 @@ def write_rows(path, rows):
             tsv.write(f"r{i}\t{record}\n")
 
 
-def sluice_config(cluster, rows_file, table, rate, probe, listen):
+def sluice_config(cluster, rows_file, table, rate, probe, listen, args):
     text = (
         f'[source]\nkind = "file"\npath = "{rows_file}"\ncheckpoint = "{OUT}/{table}.checkpoint"\n\n'
         f'[sink]\nkind = "postgres"\nurl = "{cluster.url()}"\ntable = "{table}"\nkey = "/id"\nmax_batch = 500\n\n'
@@ -175,19 +226,21 @@ def sluice_config(cluster, rows_file, table, rate, probe, listen):
         f'[telemetry]\nlisten = "127.0.0.1:{listen}"\n'
     )
     if probe:
-        text += f'\n[[health.probe]]\nbuiltin = "canary"\nquery = "{CANARY_QUERY}"\n{probe}\n'
+        text += f'\n[[health.probe]]\nbuiltin = "canary"\nquery = "{canary_query(args)}"\n{probe}\n'
     return text
 
 
-def metric(port, name):
+def metrics(port, *names):
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read().decode()
+    found = {}
     for line in body.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in names and name not in found:
+            found[name] = float(line.rsplit(" ", 1)[1])
+    return tuple(found.get(n, float("nan")) for n in names)
 
 
-def run_load(cluster, sluice, rows_file, name, rate=None, probe=None):
+def run_load(cluster, sluice, rows_file, name, args, rate=None, probe=None):
     """One load; returns (start, end, series of (epoch, rows), summary)."""
     table = f"load_{name}"
     cluster.sql(f"DROP TABLE IF EXISTS {table}")
@@ -197,24 +250,27 @@ def run_load(cluster, sluice, rows_file, name, rate=None, probe=None):
     if rate is None:
         cluster.sql(f"CREATE TABLE {table} (key text PRIMARY KEY, payload jsonb, source text, "
                     "ingested_at timestamptz DEFAULT now())")
-        get = lambda: float(cluster.sql(
-            "SELECT coalesce(max(tuples_processed), 0) FROM pg_stat_progress_copy") or 0)
+        get = lambda: (float(cluster.sql(
+            "SELECT coalesce(max(tuples_processed), 0) FROM pg_stat_progress_copy") or 0),)
         sampler = threading.Thread(target=sample_rows, args=(stop, get, series))
         sampler.start()
-        subprocess.run(cluster.psql("-c", f"\\copy {table} (key, payload) FROM '{rows_file}.tsv'"),
+        subprocess.run(clients(args, 10) + cluster.psql("-c", f"\\copy {table} (key, payload) FROM '{rows_file}.tsv'"),
                        check=True, capture_output=True)
     else:
         checkpoint = OUT / f"{table}.checkpoint"
         checkpoint.unlink(missing_ok=True)
         port = free_port()
         config = OUT / f"{name}.toml"
-        config.write_text(sluice_config(cluster, rows_file, table, rate, probe, port))
+        config.write_text(sluice_config(cluster, rows_file, table, rate, probe, port, args))
         log = open(OUT / f"{name}.log", "w")
-        proc = subprocess.Popen([sluice, "run", "-c", str(config), "--until-empty", "--summary", "json"],
+        proc = subprocess.Popen(clients(args, 10) + [sluice, "run", "-c", str(config), "--until-empty", "--summary", "json"],
                                 stdout=subprocess.PIPE, stderr=log, text=True,
                                 env={**os.environ, "SLUICE_LOG": "info"})
         sampler = threading.Thread(target=sample_rows,
-                                   args=(stop, lambda: metric(port, "sluice_records_written_total"), series))
+                                   args=(stop, lambda: metrics(port, "sluice_records_written_total",
+                                                               "sluice_health_probe",
+                                                               "sluice_health_probe_steered_rate"),
+                                         series))
         sampler.start()
         out, _ = proc.communicate()
         summary = json.loads(out.strip().splitlines()[-1])
@@ -235,14 +291,17 @@ def judge(windows, start, end, target, skip=0.0):
     return pct(during, 0.5), pct(during, 0.99), within / max(1, len(judged)), len(judged)
 
 
-def strategy(cluster, sluice, rows_file, rows, name, prod_rate, builtin, **load):
-    prod = Production(cluster, prod_rate, name, builtin)
-    time.sleep(15)
-    start, end, series, summary, written = run_load(cluster, sluice, rows_file, name, **load)
-    time.sleep(5)
-    windows = prod.stop()
-    cluster.sql(f"DROP TABLE IF EXISTS load_{name}")
-    cluster.sql("CHECKPOINT")
+def strategy(sluice, rows_file, name, prod_rate, args, **load):
+    """One strategy on a fresh cluster: production alone for 15 s, the load, 5 s more."""
+    cluster = Cluster(args.db_cpus, args.scale)
+    try:
+        prod = Production(cluster, prod_rate, name, args)
+        time.sleep(15)
+        start, end, series, summary, written = run_load(cluster, sluice, rows_file, name, args, **load)
+        time.sleep(5)
+        windows = prod.stop()
+    finally:
+        cluster.stop()
     return {"name": name, "start": start, "end": end, "series": series, "windows": windows,
             "summary": summary, "rows": written, "load": load,
             "rows_per_s": written / (end - start)}
@@ -288,18 +347,29 @@ def plot(results, target, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=500_000)
-    ap.add_argument("--sweep-rows", type=int, default=150_000)
+    ap.add_argument("--rows", type=int, default=1_500_000)
+    ap.add_argument("--sweep-rows", type=int, default=1_500_000)
+    ap.add_argument("--sweep-seconds", type=int, default=30, help="a sweep point's load, in seconds at its rate")
     ap.add_argument("--builtin", default="select-only",
                     help="pgbench's built-in script for production: select-only (primary-key reads, "
                          "as a serving replica or a read-heavy primary) or tpcb-like (writes: every "
                          "commit waits for its WAL flush, so the disk's fsync stalls set the p99)")
-    # 0.3 left no headroom on 2 cores: production fell behind its -R schedule at every
-    # fixed load rate tried, even 4,762 rows/s (p50 5.6 s), so nothing could be judged.
-    ap.add_argument("--production-share", type=float, default=0.1,
-                    help="pgbench -R as a share of its unthrottled tps")
-    ap.add_argument("--sweep", default="0.15,0.25,0.35,0.5,0.7",
-                    help="fixed rates tried, as shares of rate = off's rows/s")
+    ap.add_argument("--range", type=int, default=10000,
+                    help="production runs a range read of this many accounts instead of --builtin")
+    ap.add_argument("--scale", type=int, default=10, help="pgbench -i -s")
+    ap.add_argument("--production-share", type=float, default=0.15,
+                    help="pgbench -R as a share of its unthrottled tps on the database's core")
+    ap.add_argument("--production-rate", type=int, default=None,
+                    help="pgbench -R as a number (the unthrottled tps on a shared VM varies 2x run to run)")
+    ap.add_argument("--db-cpus", default="0,1", help="the database's cores (taskset -c)")
+    ap.add_argument("--client-cpus", default="0,1", help="the clients' cores: pgbench, psql, sluice")
+    ap.add_argument("--sweep", default="2000,4000,8000,16000,32000,64000",
+                    help="fixed rates tried first (rows/s); then halved between the fastest that "
+                         "passed and the slowest that failed, --refine times")
+    ap.add_argument("--refine", type=int, default=2)
+    ap.add_argument("--retries", type=int, default=2,
+                    help="runs of a strategy again when production alone was disturbed before its load")
+    ap.add_argument("--only", default="abcde", help="the strategies to run (c: the sweep and its best)")
     ap.add_argument("--sluice", default=None, help="the binary (default: cargo build, debug)")
     ap.add_argument("--release", action="store_true", help="build and run sluice in release mode")
     args = ap.parse_args()
@@ -310,82 +380,133 @@ def main():
         subprocess.run(["cargo", "build", *profile, "--bin", "sluice"], cwd=ROOT, check=True)
         sluice = str(ROOT / "target" / ("release" if args.release else "debug") / "sluice")
     load_before = os.getloadavg()
-    cluster = Cluster()
+    rows_file = OUT / "rows.ndjson"
+    write_rows(rows_file, args.rows)
+
+    def sweep_file(rate):
+        """A sweep point's rows: --sweep-seconds at its rate, at most --sweep-rows."""
+        path = OUT / f"sweep-{rate}.ndjson"
+        write_rows(path, min(args.sweep_rows, rate * args.sweep_seconds))
+        return path
+    cluster = Cluster(args.db_cpus, args.scale)
     try:
-        cluster.tool("pgbench", "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres",
-                     "-i", "-s", "10", "-q", "bench")
-        rows_file = OUT / "rows.ndjson"
-        sweep_file = OUT / "sweep.ndjson"
-        write_rows(rows_file, args.rows)
-        write_rows(sweep_file, args.sweep_rows)
-        full = subprocess.run(cluster.command("pgbench", "-h", "127.0.0.1", "-p", str(cluster.port),
-                                              "-U", "postgres", "-b", args.builtin, "-c", "4", "-j", "2",
-                                              "-T", "10", "-n", "bench"),
-                              capture_output=True, text=True, check=True).stdout
+        full = subprocess.run(clients(args, -5) + cluster.command(
+            "pgbench", "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres",
+            *workload(cluster, args), "-c", "4", "-j", "2", "-T", "10", "-n", "bench"),
+            capture_output=True, text=True, check=True).stdout
         tps = float(next(l for l in full.splitlines() if l.startswith("tps")).split()[2])
-        prod_rate = max(10, int(tps * args.production_share))
+        prod_rate = args.production_rate or max(10, int(tps * args.production_share))
         print(f"pgbench unthrottled {tps:.0f} tps; production at -R {prod_rate}", flush=True)
         cluster.sql("CHECKPOINT")
-        base = Production(cluster, prod_rate, "baseline", args.builtin)
+        base = Production(cluster, prod_rate, "baseline", args)
         time.sleep(30)
         windows = base.stop()
-        every = [v for vs in windows.values() for v in vs]
-        base_p50, base_p99 = pct(every, 0.5), pct(every, 0.99)
-        target = 2 * base_p99
-        print(f"baseline p50 {base_p50:.2f} ms p99 {base_p99:.2f} ms; target {target:.2f} ms", flush=True)
-        results = {}
-
-        def go(key, label, rows_file=rows_file, rows=args.rows, skip=0.0, **load):
-            r = strategy(cluster, sluice, rows_file, rows, key, prod_rate, args.builtin, **load)
-            r["label"] = label
-            r["p50"], r["p99"], r["within"], r["windows_judged"] = judge(r["windows"], r["start"], r["end"], target, skip)
-            print(f"{label}: {r['rows_per_s']:.0f} rows/s, p50 {r['p50']:.2f} p99 {r['p99']:.2f} ms, "
-                  f"{100 * r['within']:.0f}% of {r['windows_judged']} windows within target", flush=True)
-            return r
-
-        results["a"] = go("a", "(a) psql \\copy")
-        results["b"] = go("b", "(b) sluice rate = \"off\"", rate='"off"')
-        sweep = []
-        for share in [float(s) for s in args.sweep.split(",")]:
-            rate = max(100, int(results["b"]["rows_per_s"] * share))
-            sweep.append(go(f"c{rate}", f"(c) sluice rate = {rate} (sweep)", rows_file=sweep_file,
-                            rows=args.sweep_rows, rate=str(rate)))
-        passing = [r for r in sweep if r["within"] >= 0.9]
-        best = max(passing, key=lambda r: int(r["load"]["rate"])) if passing else min(sweep, key=lambda r: int(r["load"]["rate"]))
-        best_rate = best["load"]["rate"]
-        results["c"] = go("c", f"(c) sluice rate = {best_rate} (best hand-tuned)", rate=best_rate)
-        results["d"] = go("d", "(d) sluice rate = \"off\", canary max = \"2x\"", rate='"off"', probe='max = "2x"')
-        results["e"] = go("e", "(e) sluice rate = \"auto\", canary target = \"2x\"", skip=10.0,
-                          rate='"auto"', probe='target = "2x"')
-        load_after = os.getloadavg()
-        report(results, sweep, tps, prod_rate, base_p50, base_p99, target, load_before, load_after, args)
-        plot([results["a"], results["d"], results["e"]], target, ROOT / "docs" / "bench" / "auto-rate.svg")
-        (OUT / "results.json").write_text(json.dumps(
-            {k: {x: v for x, v in r.items() if x not in ("windows",)} for k, r in results.items()}, default=str))
     finally:
         cluster.stop()
+    every = [v for vs in windows.values() for v in vs]
+    # The baseline p99 is that of a typical 1 s window alone (the median window's), as the
+    # load is judged window by window: the p99 of 30 s pooled is set by the one or two
+    # seconds the VM stalled (2.3-5.5 ms against windows of 0.5-3.5 ms, run to run).
+    per_window = sorted(pct(vs, 0.99) for s, vs in windows.items() if len(vs) > prod_rate / 2)
+    base_p50, base_p99 = pct(every, 0.5), per_window[len(per_window) // 2]
+    target = 2 * base_p99
+    quiet = sum(1 for v in per_window if v <= target) / len(per_window)
+    print(f"baseline p50 {base_p50:.2f} ms, p99 {base_p99:.2f} ms (median 1 s window; pooled "
+          f"{pct(every, 0.99):.2f}); target {target:.2f} ms; alone, {100 * quiet:.0f}% of "
+          f"{len(per_window)} windows within it", flush=True)
+    results, sweep = {}, []
+
+    def go(key, label, rows_file=rows_file, skip=0.0, **load):
+        # The VM's host sometimes slows everything for minutes: a strategy whose production
+        # alone (the 15 s before its load) did not look like the baseline runs again.
+        for attempt in range(1 + args.retries):
+            r = strategy(sluice, rows_file, key, prod_rate, args, **load)
+            alone = sorted(pct(v, 0.99) for s, v in r["windows"].items()
+                           if r["start"] - 14 <= s < r["start"] - 1)
+            r["alone_p99"] = alone[len(alone) // 2] if alone else float("nan")
+            r["attempts"] = attempt + 1
+            if r["alone_p99"] <= 1.5 * base_p99:
+                break
+            print(f"{label}: production alone read p99 {r['alone_p99']:.2f} ms before the load "
+                  f"(baseline {base_p99:.2f}): the machine was disturbed; again", flush=True)
+        r["label"] = label
+        r["p50"], r["p99"], r["within"], r["windows_judged"] = judge(r["windows"], r["start"], r["end"], target, skip)
+        after = [(t, n) for t, n, *_ in r["series"] if t >= r["start"] + 10]
+        r["rows_per_s_after_10s"] = ((after[-1][1] - after[0][1]) / (after[-1][0] - after[0][0])
+                                     if len(after) > 1 and after[-1][0] > after[0][0] else float("nan"))
+        bounded = r["summary"].get("bounded_by") if r["summary"] else None
+        print(f"{label}: {r['rows_per_s']:.0f} rows/s, p50 {r['p50']:.2f} p99 {r['p99']:.2f} ms, "
+              f"{100 * r['within']:.0f}% of {r['windows_judged']} windows within target"
+              f"{f'; bounded by {bounded}' if bounded else ''}", flush=True)
+        (OUT / f"{key}.json").write_text(json.dumps(
+            {x: v for x, v in r.items() if x != "windows"} | {"p99_per_window": {
+                s: pct(v, 0.99) for s, v in sorted(r["windows"].items())}}, default=str))
+        return r
+
+    if "a" in args.only:
+        results["a"] = go("a", "(a) psql \\copy")
+    if "b" in args.only:
+        results["b"] = go("b", "(b) sluice rate = \"off\"", rate='"off"')
+    if "c" in args.only:
+        def point(rate):
+            r = go(f"c{rate}", f"(c) sluice rate = {rate} (sweep)", rows_file=sweep_file(rate), rate=str(rate))
+            sweep.append(r)
+            return r["within"] >= 0.9
+        passed, failed = 0, None
+        for rate in [int(x) for x in args.sweep.split(",")]:
+            if point(rate):
+                passed = rate
+            else:
+                failed = rate
+                break
+        for _ in range(args.refine if failed else 0):
+            middle = int(round((passed * failed) ** 0.5 if passed else failed / 2))
+            if point(middle):
+                passed = middle
+            else:
+                failed = middle
+        best_rate = passed or min(int(r["load"]["rate"]) for r in sweep)
+        results["c"] = go("c", f"(c) sluice rate = {best_rate} (best hand-tuned)", rate=str(best_rate))
+    if "d" in args.only:
+        results["d"] = go("d", "(d) sluice rate = \"off\", canary max = \"2x\"", rate='"off"', probe='max = "2x"')
+    if "e" in args.only:
+        results["e"] = go("e", "(e) sluice rate = \"auto\", canary target = \"2x\"", skip=10.0,
+                          rate='"auto"', probe='target = "2x"')
+    load_after = os.getloadavg()
+    report(results, sweep, tps, prod_rate, base_p50, base_p99, target, quiet, load_before, load_after, args)
+    if all(k in results for k in "ade"):
+        plot([results["a"], results["d"], results["e"]], target, ROOT / "docs" / "bench" / "auto-rate.svg")
 
 
-def report(results, sweep, tps, prod_rate, base_p50, base_p99, target, load_before, load_after, args):
+def report(results, sweep, tps, prod_rate, base_p50, base_p99, target, quiet, load_before, load_after, args):
     lines = [
-        "| strategy | load rows/s | vs (c) | production p50 (ms) | p99 (ms) | p99 / baseline | 1 s windows within target |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| strategy | load rows/s | vs (c) | after its first 10 s | vs (c) | production p50 (ms) | p99 (ms) | p99 / baseline | 1 s windows within target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    best = results["c"]["rows_per_s"]
-    for key in "abcde":
+    best = results["c"]["rows_per_s"] if "c" in results else float("nan")
+    best_after = results["c"]["rows_per_s_after_10s"] if "c" in results else float("nan")
+    for key in [k for k in "abcde" if k in results]:
         r = results[key]
         lines.append(
-            f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] / best:.2f} | {r['p50']:.2f} | {r['p99']:.2f} | "
+            f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] / best:.2f} | "
+            f"{r['rows_per_s_after_10s']:,.0f} | {r['rows_per_s_after_10s'] / best_after:.2f} | {r['p50']:.2f} | {r['p99']:.2f} | "
             f"{r['p99'] / base_p99:.2f} | {100 * r['within']:.0f}% of {r['windows_judged']}"
             f"{' (after its first 10 s)' if key == 'e' else ''} |")
+    lines.append("")
+    lines.append("Run again because production alone was disturbed before the load: "
+                 + (", ".join(f"{r['label']} ×{r['attempts'] - 1}" for r in [*results.values(), *sweep]
+                              if r["attempts"] > 1) or "none") + ".")
     sweep_lines = ["| fixed rate | load rows/s | p99 (ms) | windows within target |", "|---:|---:|---:|---:|"]
     for r in sweep:
         sweep_lines.append(f"| {int(r['load']['rate']):,} | {r['rows_per_s']:,.0f} | {r['p99']:.2f} | "
                            f"{100 * r['within']:.0f}% of {r['windows_judged']} |")
     text = "\n".join([
-        f"rows {args.rows:,} of ~1 KB (sweep runs: {args.sweep_rows:,}); pgbench {args.builtin}, 4 clients, "
+        f"rows {args.rows:,} of ~1 KB (sweep points: {args.sweep_seconds} s at their rate, at most "
+        f"{args.sweep_rows:,}); production: pgbench "
+        f"{f'a {args.range:,}-account range read' if args.range else args.builtin}, 4 clients, "
         f"unthrottled {tps:.0f} tps, production at -R {prod_rate}; baseline p50 {base_p50:.2f} ms, "
-        f"p99 {base_p99:.2f} ms; target {target:.2f} ms; load average {load_before[0]:.2f} before, "
+        f"p99 {base_p99:.2f} ms (the median 1 s window's); target {target:.2f} ms (alone, "
+        f"{100 * quiet:.0f}% of windows within it); load average {load_before[0]:.2f} before, "
         f"{load_after[0]:.2f} after.",
         "", *lines, "", "Sweep:", "", *sweep_lines, "",
     ])

@@ -125,7 +125,7 @@ pub struct ProbeSettings {
     /// `replica_lag`, `active_sessions` or `canary`.
     pub builtin: Option<Builtin>,
     /// Or SQL returning one row with one number (seconds for an interval). For a canary:
-    /// the query timed (default `SELECT 1`; a primary-key lookup on a hot table says more).
+    /// the query timed (default `SELECT 1`; a read-only query like production's says more).
     pub query: Option<String>,
     /// The database it runs on: a postgres:// or mysql:// URL; default `sink.url`.
     pub url: Option<String>,
