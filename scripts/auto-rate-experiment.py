@@ -367,6 +367,7 @@ def main():
                     help="fixed rates tried first (rows/s); then halved between the fastest that "
                          "passed and the slowest that failed, --refine times")
     ap.add_argument("--refine", type=int, default=2)
+    ap.add_argument("--fixed", type=int, default=None, help="(c) at this rate, without a sweep")
     ap.add_argument("--retries", type=int, default=2,
                     help="runs of a strategy again when production alone was disturbed before its load")
     ap.add_argument("--only", default="abcde", help="the strategies to run (c: the sweep and its best)")
@@ -447,7 +448,9 @@ def main():
         results["a"] = go("a", "(a) psql \\copy")
     if "b" in args.only:
         results["b"] = go("b", "(b) sluice rate = \"off\"", rate='"off"')
-    if "c" in args.only:
+    if "c" in args.only and args.fixed:
+        results["c"] = go("c", f"(c) sluice rate = {args.fixed} (a previous run's best)", rate=str(args.fixed))
+    elif "c" in args.only:
         def point(rate):
             r = go(f"c{rate}", f"(c) sluice rate = {rate} (sweep)", rows_file=sweep_file(rate), rate=str(rate))
             sweep.append(r)

@@ -11,7 +11,11 @@
 //!   `1 + increase × (1 − value / (setpoint × target))` per memory: doubling far under
 //!   the target (as TCP's slow start finds a path's capacity), barely near it. A growth
 //!   that did not depend on the distance (+20% per memory once cut) took 33 s to climb
-//!   from 1,000 to 9,000 rows/s while the canary read half the target (the experiment);
+//!   from 1,000 to 9,000 rows/s while the canary read half the target (the experiment).
+//!   Near the rate the last cut was made from (over `near_peak` of it) growth is at most
+//!   `probe` per memory, as CUBIC grows slowly near the window of its last loss: that is
+//!   where the value crossed the target, and a probe's memory shows an overshoot only
+//!   after it (half the windows over the target in the experiment were at such peaks);
 //! - value > `target`: the rate shrinks by `decrease × excess` of itself (excess =
 //!   value / target − 1, at most 1), then no further cut for one memory unless the value
 //!   climbs above the one cut for: the memory still holds readings from before the cut,
@@ -40,6 +44,10 @@ pub struct TargetParams {
     pub setpoint: f64,
     /// The most the rate grows per memory (at a value of 0), as a share of itself.
     pub increase: f64,
+    /// Growth slows to `probe` per memory over this share of the rate last cut from.
+    pub near_peak: f64,
+    /// The most the rate grows per memory near (or past) the rate last cut from.
+    pub probe: f64,
     /// The share of the rate cut per unit of excess over the target.
     pub decrease: f64,
     /// The rate grows only while the worker wrote at least this share of it.
@@ -59,6 +67,8 @@ impl Default for TargetParams {
         TargetParams {
             setpoint: 0.8,
             increase: 1.0,
+            near_peak: 0.9,
+            probe: 0.1,
             decrease: 0.5,
             binding: 0.5,
             headroom: 1.5,
@@ -79,6 +89,8 @@ pub struct ProbeTarget {
     written: VecDeque<(Duration, u64)>,
     /// When the last cut was, and the value it was for.
     last_cut: Option<(Duration, f64)>,
+    /// The rate the last cut was made from.
+    peak: Option<f64>,
     /// When the last reading came.
     last_reading: Option<Duration>,
 }
@@ -94,6 +106,7 @@ impl ProbeTarget {
             rate: params.start,
             written: VecDeque::new(),
             last_cut: None,
+            peak: None,
             last_reading: None,
         }
     }
@@ -145,6 +158,7 @@ impl ProbeTarget {
                     _ => self.rate,
                 };
                 let excess = (value / self.target - 1.0).min(1.0);
+                self.peak = Some(from);
                 self.rate = from * (1.0 - p.decrease * excess);
                 self.last_cut = Some((now, value));
             }
@@ -153,7 +167,15 @@ impl ProbeTarget {
             if binds && !settling(&self.last_cut) {
                 let room = 1.0 - value / (p.setpoint * self.target);
                 let share = since.as_secs_f64() / p.memory.as_secs_f64();
-                self.rate *= (1.0 + p.increase * room).powf(share);
+                let near_peak = self
+                    .peak
+                    .is_some_and(|peak| self.rate >= p.near_peak * peak);
+                let increase = if near_peak {
+                    (p.increase * room).min(p.probe)
+                } else {
+                    p.increase * room
+                };
+                self.rate *= (1.0 + increase).powf(share);
             }
         }
         self.rate = self.rate.max(p.least);

@@ -65,6 +65,41 @@ fn under_the_setpoint_it_grows_faster_the_further_below_paced_per_memory() {
 }
 
 #[test]
+fn near_the_rate_it_was_last_cut_from_it_grows_slowly() {
+    let mut run = Run::new(2.0);
+    for _ in 0..20 {
+        run.read(0.0, 1.0);
+    }
+    // Cut from 4,000 (far over: half off), then the value falls far under the target.
+    let peak = run.steer.rate();
+    assert!(close(peak, 4000.0), "{peak}");
+    assert!(close(run.read(4.0, 1.0), 2000.0));
+    for _ in 0..9 {
+        run.read(0.0, 1.0);
+    }
+    // Up to 0.9 × the peak at the full pace (×2 per memory: 0.85 of one, 9 readings), then
+    // +10% per memory.
+    let mut readings = 0;
+    while run.steer.rate() < 0.9 * peak {
+        run.read(0.0, 1.0);
+        readings += 1;
+    }
+    assert!(
+        (9..=10).contains(&readings),
+        "{readings} readings from the cut back to 0.9 × the peak"
+    );
+    let near = run.steer.rate();
+    for _ in 0..10 {
+        run.read(0.0, 1.0);
+    }
+    assert!(
+        close(run.steer.rate(), near * 1.1),
+        "{near} → {}",
+        run.steer.rate()
+    );
+}
+
+#[test]
 fn a_step_over_the_target_cuts_in_proportion_once_per_memory() {
     let mut run = Run::new(2.0);
     for _ in 0..10 {
