@@ -219,7 +219,9 @@ pub fn limit_memory(data: &[u8]) {
     ];
     let mut found = 0;
     for sink in sinks {
-        if let Some((_, per_second)) = crate::write::limit_memory::read(&text, sink, now) {
+        if let Some((_, per_second)) =
+            crate::control::sink_limit::remembered_limit::RememberedLimit::read(&text, sink, now)
+        {
             assert!(per_second.is_finite() && per_second > 0.0, "{per_second}");
             found += 1;
         }

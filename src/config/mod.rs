@@ -274,23 +274,16 @@ impl Config {
     }
 }
 
-/// `path` is an existing file that is neither empty nor a remembered limit (a JSON object
-/// with its four keys, as `write::limit_memory` writes it; read here by its shape, so that
-/// configuration does not depend on the write path): overwriting it would lose what it
-/// holds. A device or a file over 64 KiB is not read.
+/// `path` is an existing file that is neither blank nor a remembered limit: overwriting
+/// it would lose what it holds. A device or a file over the largest limit is not read.
 fn holds_something_else(path: &Path) -> bool {
+    use crate::control::sink_limit::remembered_limit::{LARGEST, RememberedLimit};
     match std::fs::metadata(path) {
         Err(e) => e.kind() != std::io::ErrorKind::NotFound,
-        Ok(meta) if !meta.is_file() || meta.len() > 64 * 1024 => true,
-        Ok(_) => match std::fs::read(path) {
-            Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => false,
-            Ok(bytes) => !serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| {
-                ["sink", "unit", "per_second", "learned_at"]
-                    .iter()
-                    .all(|k| v.get(k).is_some())
-            }),
-            Err(_) => true,
-        },
+        Ok(meta) if !meta.is_file() || meta.len() > LARGEST => true,
+        Ok(_) => {
+            std::fs::read(path).map_or(true, |bytes| !RememberedLimit::is_one_or_blank(&bytes))
+        }
     }
 }
 

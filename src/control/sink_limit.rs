@@ -33,6 +33,7 @@ mod learn;
 mod params;
 mod phases;
 mod remembered;
+pub mod remembered_limit;
 mod unit;
 
 /// Per-second rates the sink took lately, each `None` when too little was measured.

@@ -11,30 +11,11 @@
 //! start, never a record.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
-
-use serde::{Deserialize, Serialize};
+use std::time::SystemTime;
 
 use crate::control::sink_limit::Unit;
-
-/// A limit learned longer ago than this says too little about the sink now.
-pub const KEPT_FOR: Duration = Duration::from_secs(24 * 3600);
-
-/// A remembered limit is a line of JSON; a larger file is something else.
-const LARGEST: u64 = 64 * 1024;
-
-/// What the file holds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Remembered {
-    /// Which sink: its kind, URL without credentials or query, and table.
-    sink: String,
-    /// "records", "requests" or "bytes".
-    unit: String,
-    /// The limit, in `unit` per second.
-    per_second: f64,
-    /// When it was learned, seconds since the Unix epoch.
-    learned_at: u64,
-}
+pub use crate::control::sink_limit::remembered_limit::KEPT_FOR;
+use crate::control::sink_limit::remembered_limit::{LARGEST, RememberedLimit};
 
 /// Where one worker keeps the limit it learned of one sink.
 #[derive(Debug, Clone)]
@@ -67,53 +48,24 @@ impl LimitMemory {
                 return None;
             }
         };
-        match serde_json::from_str::<Remembered>(&text) {
-            Ok(found) => usable(found, &self.sink, now),
-            Err(e) => {
-                tracing::warn!(path = %self.path.display(), "throttle.remember: the remembered limit is not readable ({e}); meeting the sink afresh");
-                None
-            }
+        let found = RememberedLimit::read(&text, &self.sink, now);
+        if found.is_none() && !RememberedLimit::is_one_or_blank(text.as_bytes()) {
+            tracing::warn!(path = %self.path.display(), "throttle.remember: the remembered limit is not readable; meeting the sink afresh");
         }
+        found
     }
 
     /// Keeps `per_second` in `unit` as this sink's limit, learned at `now`: written whole
     /// beside the file and renamed over it, so a kill mid-write leaves the last one.
     pub fn keep(&self, unit: Unit, per_second: f64, now: SystemTime) -> std::io::Result<()> {
-        let learned_at = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let body = serde_json::to_string(&Remembered {
-            sink: self.sink.clone(),
-            unit: unit.name().to_string(),
-            per_second,
-            learned_at,
-        })
-        .map_err(std::io::Error::other)?;
+        let body = RememberedLimit::line(&self.sink, unit, per_second, now)
+            .map_err(std::io::Error::other)?;
         let mut partial = self.path.clone().into_os_string();
         partial.push(".partial");
         let partial = PathBuf::from(partial);
-        std::fs::write(&partial, body + "\n")?;
+        std::fs::write(&partial, body)?;
         std::fs::rename(&partial, &self.path)
     }
-}
-
-/// The limit `text` holds for `sink`, if it is usable at `now`: the same sink, a known unit,
-/// a positive finite rate, learned within [`KEPT_FOR`]. Whatever the bytes, no panic.
-pub fn read(text: &str, sink: &str, now: SystemTime) -> Option<(Unit, f64)> {
-    usable(serde_json::from_str(text).ok()?, sink, now)
-}
-
-fn usable(found: Remembered, sink: &str, now: SystemTime) -> Option<(Unit, f64)> {
-    let unit = Unit::ALL.into_iter().find(|u| u.name() == found.unit)?;
-    let age = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .ok()?
-        .saturating_sub(Duration::from_secs(found.learned_at));
-    let usable = found.sink == sink
-        && found.per_second.is_finite()
-        && found.per_second > 0.0
-        && age <= KEPT_FOR;
-    usable.then_some((unit, found.per_second))
 }
 
 /// How a sink is told apart from another in the file: its kind, each URL without user,
@@ -138,6 +90,7 @@ pub fn sink_identity(kind: &str, urls: &[&str], table: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn at(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
