@@ -178,7 +178,7 @@ class Production:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         time.sleep(0.5)
-        windows = {}
+        windows, self.lags = {}, {}
         for log in self.dir.glob("tx*"):
             for line in log.read_text().splitlines():
                 f = line.split()
@@ -187,6 +187,8 @@ class Production:
                 # client tx latency_us script epoch_s epoch_us [lag_us]: latency as the
                 # client sees it (with -R pgbench counts it from the scheduled start).
                 windows.setdefault(int(f[4]), []).append(int(f[2]) / 1000.0)
+                if len(f) > 6:
+                    self.lags.setdefault(int(f[4]), []).append(int(f[6]) / 1000.0)
         return windows
 
 
@@ -227,6 +229,8 @@ def sluice_config(cluster, rows_file, table, rate, probe, listen, args):
     )
     if probe:
         text += f'\n[[health.probe]]\nbuiltin = "canary"\nquery = "{canary_query(args)}"\n{probe}\n'
+        for setting in args.canary:
+            text += setting + "\n"
     return text
 
 
@@ -303,6 +307,7 @@ def strategy(sluice, rows_file, name, prod_rate, args, **load):
     finally:
         cluster.stop()
     return {"name": name, "start": start, "end": end, "series": series, "windows": windows,
+            "lag_p99_per_window": {s: pct(v, 0.99) for s, v in sorted(prod.lags.items())},
             "summary": summary, "rows": written, "load": load,
             "rows_per_s": written / (end - start)}
 
@@ -370,6 +375,9 @@ def main():
     ap.add_argument("--fixed", type=int, default=None, help="(c) at this rate, without a sweep")
     ap.add_argument("--retries", type=int, default=2,
                     help="runs of a strategy again when production alone was disturbed before its load")
+    ap.add_argument("--canary", action="append", default=[],
+                    help="a setting of the canary probe in (d) and (e), as TOML (repeatable): "
+                         "'interval = \"50ms\"', 'percentile = 99'")
     ap.add_argument("--only", default="abcde", help="the strategies to run (c: the sweep and its best)")
     ap.add_argument("--sluice", default=None, help="the binary (default: cargo build, debug)")
     ap.add_argument("--release", action="store_true", help="build and run sluice in release mode")
