@@ -99,10 +99,14 @@ fn vm_hwm_kib(status: &str) -> Option<u64> {
 }
 
 /// The `sluice` binary of this build (or `SLUICE_BENCH_SLUICE`), with none of the
-/// caller's `SLUICE_*` variables leaking into its configuration.
+/// caller's `SLUICE_*` variables leaking into its configuration. A relative
+/// `SLUICE_BENCH_SLUICE` is taken from where the bench started: the ceilings run their
+/// children elsewhere.
 pub fn sluice() -> Command {
-    let bin = std::env::var_os("SLUICE_BENCH_SLUICE")
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_sluice").into());
+    let bin = std::env::var_os("SLUICE_BENCH_SLUICE").map_or_else(
+        || env!("CARGO_BIN_EXE_sluice").into(),
+        |path| std::path::absolute(&path).unwrap_or(path.into()),
+    );
     let mut cmd = Command::new(bin);
     for (name, _) in std::env::vars() {
         if name.starts_with("SLUICE_") {
