@@ -14,7 +14,9 @@
 //! `SLUICE_BENCH_CEILINGS=mariadb` measures only the ceilings whose path names it
 //! (case-insensitive), and no scenarios: one path's row without the ten minutes.
 //! `SLUICE_BENCH_UNITS=requests` (comma-separated: records, requests, bytes) runs only the
-//! scenarios of those sinks.
+//! scenarios of those sinks. `SLUICE_BENCH_LOG=debug` sets the workers' log level (warn),
+//! and `SLUICE_BENCH_LOGS=dir` keeps each run's log there, named by strategy, unit and
+//! outage.
 
 mod ceilings;
 /// The integration tests' helpers, which `ceilings` reaches through `kafka_pg_support`.

@@ -113,6 +113,9 @@ pub fn sluice() -> Command {
             cmd.env_remove(name);
         }
     }
-    cmd.env("SLUICE_LOG", "warn");
+    cmd.env(
+        "SLUICE_LOG",
+        std::env::var("SLUICE_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+    );
     cmd
 }

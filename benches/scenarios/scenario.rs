@@ -86,6 +86,22 @@ pub async fn run(strategy: Strategy, input: &Path, setup: Setup) -> Run {
             setup.backlog
         );
     }
+    if let Some(dir) = std::env::var_os("SLUICE_BENCH_LOGS") {
+        let name = format!(
+            "{}-{}{}.log",
+            strategy
+                .name()
+                .replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
+            setup.limit.name(),
+            if setup.outage.is_some() {
+                "-outage"
+            } else {
+                ""
+            }
+        );
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(Path::new(&dir).join(name), &measured.output.stderr).unwrap();
+    }
     let report = measured.finished.then(|| measured.json());
     let ms = |key: &str| report.as_ref().and_then(|r| r[key].as_f64());
     Run {
