@@ -138,6 +138,8 @@ pub struct SinkLimit {
     volume_learned: Option<(Duration, f64, PerUnit<f64>)>,
     /// No experiment before this (one that failed recently).
     experiment_after: Duration,
+    /// Sustained push-backs in a row that re-learned the volume limit where it was.
+    volume_repeats: u32,
     /// A limit learned from a throttle without Retry-After waits for a success: if an
     /// outage follows instead, it was the outage talking.
     pending: Option<Pending>,
@@ -194,6 +196,7 @@ impl SinkLimit {
             phase: Phase::Free,
             volume_learned: None,
             experiment_after: Duration::ZERO,
+            volume_repeats: 0,
             pending: None,
             quiet_until: None,
             in_outage: false,

@@ -44,6 +44,13 @@ const EXPERIMENT_LONGEST: Duration = Duration::from_secs(5);
 const VOLUME_SETTLES: Duration = Duration::from_millis(250);
 /// An isolated throttle while holding lowers the limit by this factor.
 const ISOLATED_CUT: f64 = 0.95;
+/// Sustained push-backs in a row, each soon after the last and measuring the sink taking
+/// what it took before (within 5%), that contradict volume: a records limit held under
+/// what the sink takes ends the throttles, and these go on. A gateway taking 4 requests/s
+/// refused one request in five at every record rate, took each one a tick later, and a
+/// worker that had learned records held 64 rec/s against its 400.
+const VOLUME_REPEATS: u32 = 3;
+const VOLUME_SAME: f64 = 0.05;
 
 impl SinkLimit {
     pub(super) fn learn(&mut self, s: Pending) {
@@ -127,6 +134,15 @@ impl SinkLimit {
                     .is_none_or(|took| took * EXPERIMENT_OVER < rate)
         }) && s.kind == Pushback::Sustained
             && requests_over;
+        let repeated = self.volume_learned.is_some_and(|(at, rate, _)| {
+            s.kind == Pushback::Sustained
+                && s.now < at + self.params.contradiction_within
+                && s.delivered.get(Unit::Records).is_some_and(|took| {
+                    (took * self.params.hold - rate).abs() <= VOLUME_SAME * rate
+                })
+        });
+        self.volume_repeats = if repeated { self.volume_repeats + 1 } else { 0 };
+        let contradicted = contradicted || (self.volume_repeats >= VOLUME_REPEATS && requests_over);
         if contradicted && s.now >= self.experiment_after {
             // The records go at the most the sink has been seen to take in a second, not
             // at what it took while the worker was already cut (175 rec/s, for a gateway
@@ -163,6 +179,7 @@ impl SinkLimit {
         shows: f64,
         took_requests: f64,
     ) {
+        self.volume_repeats = 0;
         let span = self.params.experiment_for.max(
             Duration::from_secs_f64(EXPERIMENT_REQUESTS / requests_per_second)
                 .min(EXPERIMENT_LONGEST),

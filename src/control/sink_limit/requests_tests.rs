@@ -54,3 +54,22 @@ fn the_benchs_drain_of_a_requests_limited_sink() {
         );
     }
 }
+
+/// A records limit learned against the gateway (a first push-back misread, or remembered
+/// from such a run): each second one request of five is refused and taken a tick later,
+/// so the sink takes every record sent and re-learning records changes nothing. The
+/// repeats show it is not records: an experiment finds requests (held 64 rec/s for the
+/// whole minute before).
+#[test]
+fn a_records_limit_learned_against_a_request_gateway_is_unlearned() {
+    for remembered in [60.0, 100.0, 200.0] {
+        let out = drive(Setup {
+            remembered: Some((Unit::Records, remembered)),
+            run_for: secs(60),
+            ..gateway(1600.0)
+        });
+        let late = out.rate(secs(30), secs(60));
+        assert_eq!(out.binding, Some(Unit::Requests), "from {remembered}");
+        assert!(late >= 0.9 * 400.0, "from {remembered}: {late:.0} rec/s");
+    }
+}
