@@ -50,6 +50,7 @@ const ISOLATED_CUT: f64 = 0.95;
 /// refused one request in five at every record rate, took each one a tick later, and a
 /// worker that had learned records held 64 rec/s against its 400.
 const VOLUME_REPEATS: u32 = 3;
+/// "What it took before": the records taken within this share of the last learned limit.
 const VOLUME_SAME: f64 = 0.05;
 
 impl SinkLimit {
