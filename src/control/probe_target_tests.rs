@@ -32,6 +32,14 @@ impl Run {
             .observe(s(self.now), value, self.written.round() as u64);
         self.steer.rate()
     }
+
+    /// `n` readings of `value`, the worker writing `share` of the rate; the rate after.
+    fn read_n(&mut self, n: usize, value: f64, share: f64) -> f64 {
+        for _ in 0..n {
+            self.read(value, share);
+        }
+        self.steer.rate()
+    }
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -58,25 +66,19 @@ fn under_the_setpoint_it_grows_faster_the_further_below_paced_per_memory() {
     assert!(close(sparse.rate(), 2000.0), "{}", sparse.rate());
     // In the dead band between the setpoint and the target nothing moves.
     let before = far.steer.rate();
-    for _ in 0..20 {
-        far.read(1.8, 1.0);
-    }
+    far.read_n(20, 1.8, 1.0);
     assert_eq!(far.steer.rate(), before);
 }
 
 #[test]
 fn near_the_rate_it_was_last_cut_from_it_grows_slowly() {
     let mut run = Run::new(2.0);
-    for _ in 0..20 {
-        run.read(0.0, 1.0);
-    }
+    run.read_n(20, 0.0, 1.0);
     // Cut from 4,000 (far over: half off), then the value falls far under the target.
     let peak = run.steer.rate();
     assert!(close(peak, 4000.0), "{peak}");
     assert!(close(run.read(4.0, 1.0), 2000.0));
-    for _ in 0..9 {
-        run.read(0.0, 1.0);
-    }
+    run.read_n(9, 0.0, 1.0);
     // Up to 0.9 × the peak at the full pace (×2 per memory: 0.85 of one, 9 readings), then
     // +10% per memory.
     let mut readings = 0;
@@ -89,9 +91,7 @@ fn near_the_rate_it_was_last_cut_from_it_grows_slowly() {
         "{readings} readings from the cut back to 0.9 × the peak"
     );
     let near = run.steer.rate();
-    for _ in 0..10 {
-        run.read(0.0, 1.0);
-    }
+    run.read_n(10, 0.0, 1.0);
     assert!(
         close(run.steer.rate(), near * 1.1),
         "{near} → {}",
@@ -102,9 +102,7 @@ fn near_the_rate_it_was_last_cut_from_it_grows_slowly() {
 #[test]
 fn a_step_over_the_target_cuts_in_proportion_once_per_memory() {
     let mut run = Run::new(2.0);
-    for _ in 0..10 {
-        run.read(1.0, 1.0);
-    }
+    run.read_n(10, 1.0, 1.0);
     let before = run.steer.rate();
     // 20% over: a tenth off.
     let after = run.read(2.4, 1.0);
@@ -131,14 +129,10 @@ fn a_step_over_the_target_cuts_in_proportion_once_per_memory() {
 #[test]
 fn it_does_not_wind_up_while_the_rate_does_not_bind() {
     let mut run = Run::new(2.0);
-    for _ in 0..10 {
-        run.read(0.0, 1.0);
-    }
+    run.read_n(10, 0.0, 1.0);
     // The sink (or the source) gives only a third of the rate: once the last second
     // shows it, no growth however low the value.
-    for _ in 0..6 {
-        run.read(0.0, 0.3);
-    }
+    run.read_n(6, 0.0, 0.3);
     let bound = run.steer.rate();
     for _ in 0..50 {
         assert_eq!(run.read(0.0, 0.3), bound);
@@ -151,9 +145,7 @@ fn it_does_not_wind_up_while_the_rate_does_not_bind() {
     held.read(2.4, 0.0);
     assert!((held.steer.rate() - 900.0).abs() < 1e-6);
     // And the rate never falls under `least`.
-    for _ in 0..200 {
-        held.read(100.0, 0.0);
-    }
+    held.read_n(200, 100.0, 0.0);
     assert_eq!(held.steer.rate(), TargetParams::default().least);
 }
 
@@ -251,9 +243,7 @@ fn a_baseline_measured_while_busy_raises_the_target_with_it() {
     let idle = 1.0;
     let busy_baseline = 3.0 * idle;
     let mut run = Run::new(2.0 * busy_baseline);
-    for _ in 0..10 {
-        run.read(4.0 * idle, 1.0);
-    }
+    run.read_n(10, 4.0 * idle, 1.0);
     let rate = run.steer.rate();
     assert!(
         rate > 1000.0,
