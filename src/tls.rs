@@ -152,13 +152,19 @@ pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
 /// of its own (its default, aws-lc, is the costliest crate of a fresh build), so ring is
 /// installed as the process's provider first; a client built without it would panic.
 pub fn http_client() -> reqwest::ClientBuilder {
+    install_provider();
+    reqwest::Client::builder()
+}
+
+/// Installs ring as the process's crypto provider, for the clients that take the
+/// process's (reqwest, redis); once.
+pub fn install_provider() {
     static PROVIDER: std::sync::Once = std::sync::Once::new();
     PROVIDER.call_once(|| {
         // Err only when a provider is installed already (lapin's or sqlx's first
         // connection installs ring too): either way ring is the one in place.
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
-    reqwest::Client::builder()
 }
 
 /// A server configuration from a certificate chain and its key (sim-sink's HTTPS).

@@ -33,6 +33,24 @@ impl std::fmt::Display for Finding {
     }
 }
 
+/// A Redis lease store answers the scripts a worker runs (an ACL refusing EVAL or a key
+/// shows here), and holds the pool's definition or none yet.
+async fn redis_store(l: &crate::config::LeasesSettings) -> Result<String, String> {
+    use crate::lease::LeaseStore;
+    let store = crate::lease::redis::RedisLeaseStore::open_existing(&l.store, &l.pool, l.ttl)
+        .map_err(|e| e.message)?;
+    match store.definition().await.map_err(|e| e.message)? {
+        Some(d) => Ok(format!(
+            "reachable; pool {:?}: {} rec/s in {} leases (generation {})",
+            l.pool, d.capacity, d.partitions, d.generation
+        )),
+        None => Ok(format!(
+            "reachable; pool {:?} not defined yet (the first worker defines it)",
+            l.pool
+        )),
+    }
+}
+
 /// Checks everything the configuration calls for, each bounded by `timeout`.
 pub async fn check_all(config: &Config, timeout: Duration) -> Vec<Finding> {
     let mut findings = Vec::new();
@@ -44,6 +62,11 @@ pub async fn check_all(config: &Config, timeout: Duration) -> Vec<Finding> {
             findings.push(Finding {
                 what,
                 result: Ok("the capacity follows the Kafka group's assignment".into()),
+            });
+        } else if crate::lease::redis::is_redis_url(&l.store) {
+            findings.push(Finding {
+                what,
+                result: within(timeout, redis_store(l)).await,
             });
         } else {
             let tables = crate::lease::postgres::tables();

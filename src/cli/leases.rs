@@ -10,6 +10,7 @@ use crate::config::{LeasesSettings, Overrides};
 use crate::control::lease_table::{LeaseTable, PoolDefinition, WorkerLimits};
 use crate::lease::keeper::{Joining, LeaseKeeper};
 use crate::lease::postgres::PgLeaseStore;
+use crate::lease::redis::{RedisLeaseStore, is_redis_url};
 use crate::lease::{LeaseError, LeaseStore, check_definition, member_id};
 use crate::settings::bounds::rate_problem;
 use crate::stats::Stats;
@@ -62,6 +63,13 @@ pub(super) async fn lease_store(
         return Err(LeaseError::fatal(
             "store = \"kafka\" keeps no leases: the capacity follows the consumer group's assignment",
         ));
+    }
+    if is_redis_url(&l.store) {
+        return Ok(Arc::new(if read_only {
+            RedisLeaseStore::open_existing(&l.store, &l.pool, l.ttl)?
+        } else {
+            RedisLeaseStore::new(&l.store, &l.pool, l.ttl)?
+        }));
     }
     let store = if read_only {
         PgLeaseStore::open_existing(&l.store, &l.pool, l.ttl).await?

@@ -15,8 +15,9 @@ use crate::source::settings::SourceKind;
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeasesSettings {
-    /// Where leases live: a `postgres://` URL; or `"kafka"`: the capacity follows the
-    /// consumer group's assignment (capacity × assigned / topic partitions), no store.
+    /// Where leases live: a `postgres://` or `redis://` (`rediss://`) URL; or `"kafka"`:
+    /// the capacity follows the consumer group's assignment (capacity × assigned / topic
+    /// partitions), no store.
     #[serde(default)]
     pub store: String,
     /// A file holding `store` (a URL with a password stays out of the config and `ps`).
@@ -71,8 +72,17 @@ impl LeasesSettings {
                 "required with a lease store: the shared capacity's name (workers with the same pool share it)",
             );
         }
-        if !(self.store.starts_with("postgres://") || self.store.starts_with("postgresql://")) {
-            p.add("leases.store", "must be a postgres:// URL or \"kafka\"");
+        if crate::lease::redis::is_redis_url(&self.store) {
+            if let Err(e) = redis::Client::open(self.store.as_str()) {
+                p.add("leases.store", format!("not a Redis URL: {e}"));
+            }
+        } else if !(self.store.starts_with("postgres://")
+            || self.store.starts_with("postgresql://"))
+        {
+            p.add(
+                "leases.store",
+                "must be a postgres:// or redis:// (rediss://) URL, or \"kafka\"",
+            );
         } else {
             p.check(crate::sink::postgres::tls::validate_url(
                 &self.store,

@@ -328,8 +328,12 @@ fn bad_lease_settings_name_their_key() {
     assert!(e.contains("leases.ttl"), "{e}");
     let e = error_of("[leases]\nstore = \"kafka\"\ncapacity = 600\n");
     assert!(e.contains("leases.store"), "{e}");
-    let e = error_of("[leases]\nstore = \"redis://h\"\ncapacity = 600\npartitions = 6\n");
-    assert!(e.contains("leases.store"), "{e}");
+    for store in ["mysql://h", "redis://h:notaport"] {
+        let e = error_of(&format!(
+            "[leases]\nstore = {store:?}\npool = \"p\"\ncapacity = 600\npartitions = 6\n"
+        ));
+        assert!(e.contains("leases.store"), "{store}: {e}");
+    }
 }
 
 #[test]

@@ -56,6 +56,9 @@ pub struct PoolView {
     pub free: u32,
     /// The pool's definition now.
     pub definition: PoolDefinition,
+    /// The store grants nothing for this long (a Redis store after a restart): the worker
+    /// asks again then, not a heartbeat period later.
+    pub grants_in: Option<std::time::Duration>,
 }
 
 /// What the worker should ask the store for now.

@@ -52,6 +52,14 @@ impl StoreContact {
         self.heartbeat_at = now + self.period.mul_f64(rng.random_range(0.75..=1.0));
     }
 
+    /// The store grants nothing before `at`: the next heartbeat comes then (spread over a
+    /// tenth of the period after it, so a fleet does not ask all at once), unless one is
+    /// due sooner.
+    pub fn grants_at(&mut self, at: Instant, rng: &mut impl rand::Rng) {
+        let at = at + self.period.mul_f64(rng.random_range(0.0..=0.1));
+        self.heartbeat_at = self.heartbeat_at.min(at);
+    }
+
     /// The store did not answer at `now`; returns the wait before the next attempt.
     pub fn failed(&mut self, now: Instant, rng: &mut impl rand::Rng) -> Duration {
         self.failures = self.failures.saturating_add(1);
@@ -94,6 +102,23 @@ mod tests {
             c.due(t0 + PERIOD, false),
             "a heartbeat at most a period apart"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_that_grants_again_soon_is_asked_then_not_a_period_later() {
+        let t0 = Instant::now();
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut c = StoreContact::new(PERIOD, backoff(), t0);
+        c.answered(t0, &mut rng);
+        let grants = t0 + Duration::from_secs(2);
+        c.grants_at(grants, &mut rng);
+        assert!(!c.due(grants - Duration::from_millis(1), false));
+        assert!(c.due(grants + PERIOD.mul_f64(0.1), false));
+        // Later than the heartbeat: the heartbeat stands.
+        let mut c = StoreContact::new(PERIOD, backoff(), t0);
+        c.answered(t0, &mut rng);
+        c.grants_at(t0 + PERIOD * 3, &mut rng);
+        assert!(c.due(t0 + PERIOD, false));
     }
 
     #[tokio::test(start_paused = true)]

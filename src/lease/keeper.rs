@@ -49,6 +49,8 @@ pub struct LeaseKeeper {
     joining: Option<Joining>,
     /// Partitions the store last said were free (less what this worker took since).
     free: u32,
+    /// When the store said it grants again, if it grants nothing now.
+    grants_at: Option<Instant>,
 }
 
 impl LeaseKeeper {
@@ -74,6 +76,7 @@ impl LeaseKeeper {
             contact: StoreContact::new(heartbeat, outage, Instant::now()),
             joining,
             free: 0,
+            grants_at: None,
         }
     }
 
@@ -152,7 +155,11 @@ impl LeaseKeeper {
             tracing::info!("lease store reachable again");
         }
         self.stats.set_lease_outage(None);
-        self.contact.answered(Instant::now(), &mut rand::rng());
+        let rng = &mut rand::rng();
+        self.contact.answered(Instant::now(), rng);
+        if let Some(at) = self.grants_at.take() {
+            self.contact.grants_at(at, rng);
+        }
     }
 
     fn failed(&mut self, e: LeaseError) {
@@ -204,6 +211,7 @@ impl LeaseKeeper {
             );
         }
         self.free = pool.free;
+        self.grants_at = pool.grants_in.map(|d| now + d);
         if !plan.release.is_empty() {
             // Stop using them first, then tell the store.
             for p in &plan.release {

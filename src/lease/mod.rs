@@ -4,6 +4,7 @@
 
 pub mod keeper;
 pub mod postgres;
+pub mod redis;
 
 use async_trait::async_trait;
 use serde::Serialize;

@@ -108,6 +108,28 @@ fn a_lease_store_without_partitions() {
 }
 
 #[test]
+fn a_lease_store_of_no_known_kind_or_a_malformed_redis_url() {
+    for store in [
+        "mysql://u@127.0.0.1/db",
+        "redis://127.0.0.1:notaport/",
+        "redis://[::1/",
+    ] {
+        check_refused(
+            &[],
+            &format!("[leases]\nstore = {store:?}\npool = \"p\"\ncapacity = 100\npartitions = 4\n"),
+            "in.ndjson",
+            "leases.store",
+        );
+    }
+    check_refused(
+        &[],
+        "[leases]\nstore = \"redis://127.0.0.1:6379/\"\npool = \"p\"\ncapacity = 100\n",
+        "in.ndjson",
+        "leases.partitions",
+    );
+}
+
+#[test]
 fn a_lease_ttl_shorter_than_a_renewal() {
     check_refused(
         &[],

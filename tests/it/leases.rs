@@ -15,6 +15,7 @@ use common::*;
 use sluice::sim_sink::{SimSink, SimSinkSettings};
 
 mod pool_definition;
+mod redis;
 
 /// The emulator, running on its own runtime for the length of a test.
 struct Emulator {
@@ -65,11 +66,15 @@ fn first_busy(windows: &[u64]) -> usize {
         .expect("something was accepted")
 }
 
+/// The PostgreSQL lease store, reached through `port` (a relay's, or the server's 5432).
+fn pg_store(port: u16) -> String {
+    pg_url().replace(":5432/", &format!(":{port}/"))
+}
+
 /// A 50 ms tick: each worker sends 10 records a tick at 200 rec/s, so a tick landing on
 /// either side of a 1 s window's edge moves at most 30 records for three workers — inside
 /// the 630 bound. (At 200 ms a straddling tick is 40 records per worker.)
-fn config(dir: &Path, queue: &str, pool: &str, store_port: u16, reserved: f64, sink_url: &str) {
-    let store = pg_url().replace(":5432/", &format!(":{store_port}/"));
+fn config(dir: &Path, queue: &str, pool: &str, store: &str, reserved: f64, sink_url: &str) {
     std::fs::write(
         dir.join("sluice.toml"),
         format!(
@@ -182,13 +187,19 @@ fn stop(mut child: Child) -> std::process::Output {
 
 #[test]
 fn three_workers_share_the_pool_without_exceeding_it() {
+    share_the_pool(&pg_store(5432));
+}
+
+/// Three workers drain one queue on a pool in `store`: together never above it, each
+/// writing a fair part, every record once.
+fn share_the_pool(store: &str) {
     let sim = Emulator::start();
     let dir = tempfile::tempdir().unwrap();
     let queue = unique("sluice_lease_share");
     // 25 s at the pool's 600 rec/s: the first 3 s to settle, then ~20 s of steady shares.
     let total = 15_000;
     amqp_publish(&queue, total as usize);
-    config(dir.path(), &queue, &unique("pool"), 5432, 0.0, &sim.url());
+    config(dir.path(), &queue, &unique("pool"), store, 0.0, &sim.url());
     let workers: Vec<Child> = (0..3).map(|_| worker(dir.path(), true)).collect();
     let mut shares = Vec::new();
     for w in workers {
@@ -228,7 +239,14 @@ fn a_dead_workers_partitions_go_to_the_others_within_ttl() {
     let dir = tempfile::tempdir().unwrap();
     let queue = unique("sluice_lease_kill");
     amqp_publish(&queue, 60_000);
-    config(dir.path(), &queue, &unique("pool"), 5432, 0.0, &sim.url());
+    config(
+        dir.path(),
+        &queue,
+        &unique("pool"),
+        &pg_store(5432),
+        0.0,
+        &sim.url(),
+    );
     let mut workers: Vec<Child> = (0..3).map(|_| worker(dir.path(), false)).collect();
     // Wait until the whole pool is held.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -278,7 +296,7 @@ fn an_unreachable_store_drops_every_worker_to_its_reserved_rate_and_back() {
         dir.path(),
         &queue,
         &unique("pool"),
-        relay.port,
+        &pg_store(relay.port),
         20.0,
         &sim.url(),
     );

@@ -29,6 +29,7 @@ fn pool(active: u32, other_waiting: bool, free: u32) -> PoolView {
         other_waiting,
         free,
         definition: definition(800.0, 8, 1),
+        grants_in: None,
     }
 }
 
@@ -183,6 +184,7 @@ fn a_new_generation_drops_every_old_lease_before_asking_again() {
         other_waiting: false,
         free: 6,
         definition: new,
+        grants_in: None,
     };
     let plan = t.plan(t0, view);
     assert_eq!(plan.release, vec![0, 1, 2]);
@@ -279,6 +281,7 @@ fn a_worker_that_cannot_use_its_leases_gives_them_back_within_two_ttl() {
         other_waiting: false,
         free: 8 - held,
         definition: definition(800.0, 8, 1),
+        grants_in: None,
     };
     // A fast sink: it takes all 8 and uses them.
     let held = simulate(&mut t, t0, 0.0, 10.0, &mut pulled, |_| 1000.0, alone);
@@ -315,6 +318,7 @@ fn a_burst_within_the_window_keeps_the_leases_it_needs() {
         other_waiting: false,
         free: 8 - held,
         definition: definition(800.0, 8, 1),
+        grants_in: None,
     };
     simulate(&mut t, t0, 0.0, 10.0, &mut pulled, |_| 400.0, alone);
     let before = t.held(t0 + s(10.0)).len();

@@ -82,6 +82,7 @@ pub async fn heartbeat(
             definition.partitions.saturating_sub(taken as u32)
         },
         definition,
+        grants_in: None,
     })
 }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod pg;
+pub mod redis;
 pub mod throttled;
 
 use std::path::{Path, PathBuf};
@@ -19,7 +20,12 @@ pub const DRAIN: &[&str] = &[
 ];
 
 pub fn sluice() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    sluice_at(env!("CARGO_BIN_EXE_sluice"))
+}
+
+/// [`sluice`] with another build of it (a release build, for a test of many processes).
+pub fn sluice_at(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(program);
     cmd.env("SLUICE_LOG", "warn")
         .env_remove("SLUICE_RATE__RECORDS_PER_SECOND")
         .stdin(Stdio::null());
