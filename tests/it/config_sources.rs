@@ -165,7 +165,7 @@ fn keys_of_another_kind_are_refused() {
         "source.path",
     );
     refused(
-        "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://o.db\"\n[leases]\nstore = \"redis://127.0.0.1:6379\"\ncapacity = 5\npartitions = 1\npool = \"p\"\n",
+        "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://o.db\"\n[leases]\nstore = \"mongodb://127.0.0.1:27017\"\ncapacity = 5\npartitions = 1\npool = \"p\"\n",
         "leases.store",
     );
 }

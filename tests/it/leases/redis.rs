@@ -135,6 +135,15 @@ fn bad_redis_credentials_exit_2_naming_the_lease_store() {
     let err = stderr(&out);
     assert!(err.contains("lease store"), "{err}");
     assert!(!err.contains("wrong"), "the password is not echoed: {err}");
+    // `check` names the store, masked, and says why it failed.
+    let out = run_in(dir.path(), &["check", "-c", "sluice.toml"]);
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(text.contains("lease store redis://"), "{text}");
+    assert!(
+        !text.contains("wrong"),
+        "the password is not echoed: {text}"
+    );
 }
 
 #[test]

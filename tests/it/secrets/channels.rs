@@ -213,7 +213,7 @@ fn failures_and_refusals_name_endpoints_without_their_secrets() {
             "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n[sink]\nkind = \"http\"\nurl = {pg:?}\n"
         ),
         format!(
-            "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://o.db\"\n[leases]\nstore = \"redis://u:{PW}@h/?password={QS}\"\ncapacity = 5\npartitions = 1\npool = \"p\"\n"
+            "[source]\nkind = \"file\"\npath = \"in.ndjson\"\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://o.db\"\n[leases]\nstore = \"mongodb://u:{PW}@h/?password={QS}\"\ncapacity = 5\npartitions = 1\npool = \"p\"\n"
         ),
         format!(
             "[source]\nkind = \"amqp\"\nurl = \"amqp://u:{PW}@127.0.0.1:{closed}/%2f?token={QS}\"\nqueue = \"q\"\npath = \"in.ndjson\"\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://o.db\"\n"
