@@ -72,9 +72,15 @@ fn kill_9_mid_drain_loses_nothing_and_duplicates_nothing() {
     );
     let out = finish(worker(dir.path(), true), Duration::from_secs(120));
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(rows(dir.path()), 20_000);
+    let (rows, queued) = (rows(dir.path()), amqp_queue_counts(&queue));
+    assert_eq!(
+        rows,
+        20_000,
+        "left in the queue (ready, unacknowledged): {queued:?}; the rerun said {}",
+        summary(&out)
+    );
     assert_eq!(distinct(dir.path()), 20_000);
-    assert_eq!(amqp_queue_counts(&queue), (0, 0));
+    assert_eq!(queued, (0, 0));
 }
 
 #[test]

@@ -2,8 +2,9 @@
 //! every step is atomic, and every step reads the store's clock (`TIME`), never a
 //! worker's. A pool is three keys sharing one hash tag (`{pool}`):
 //!
-//! - `…:def`, a hash: `capacity`, `partitions`, `generation`, and `grant_after` (ms of
-//!   the store's clock before which no lease is granted: see [`PRELUDE`]);
+//! - `…:def`, a hash: `capacity`, `partitions`, `generation`, `grant_after` (ms of the
+//!   store's clock before which no lease is granted: see [`PRELUDE`]) and `run_id` (the
+//!   server process that last granted);
 //! - `…:leases`, a hash: partition → `generation:expires_ms:holder`;
 //! - `…:members`, a hash: member → `heartbeat_ms:held:wants_more`.
 
@@ -20,7 +21,9 @@ use redis::Script;
 /// for less than a ttl grants nothing until a ttl after the server started, and a pool that
 /// a worker knew and found gone (a restart, a flush) is defined again by that worker, one
 /// generation on, granting nothing for a ttl from then: a lease granted before the loss
-/// and one granted after never add up.
+/// and one granted after never add up. Likewise a pool found on another server process
+/// than the one that last granted (a restart from a snapshot, a promoted replica: either
+/// may miss the last grants) grants nothing for a ttl.
 const PRELUDE: &str = r#"
 local def_key, leases_key, members_key = KEYS[1], KEYS[2], KEYS[3]
 local function now_ms()
@@ -34,31 +37,49 @@ local function parse_lease(v)
 end
 local function lease(g, e, h) return int(g) .. ':' .. int(e) .. ':' .. h end
 local function definition()
-  local d = redis.call('HMGET', def_key, 'capacity', 'partitions', 'generation', 'grant_after')
+  local d = redis.call('HMGET', def_key, 'capacity', 'partitions', 'generation', 'grant_after',
+                       'run_id')
   if not d[1] then return nil end
   return {capacity = d[1], partitions = tonumber(d[2]), generation = tonumber(d[3]),
-          grant_after = tonumber(d[4] or '0')}
+          grant_after = tonumber(d[4] or '0'), run_id = d[5]}
 end
-local function after_start(now, ttl)
-  local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+-- This server process: its run id (new at every start) and its uptime in seconds.
+local function server()
+  local info = redis.call('INFO', 'server')
+  return string.match(info, 'run_id:(%w+)'), tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+end
+local function after_start(now, ttl, up)
   -- Uptime is in whole seconds: a second more covers its rounding.
   local quiet = now - up * 1000 + ttl + 1000
   if quiet > now then return quiet end
   return 0
 end
 local function create(now, ttl, capacity, partitions, generation, quiet)
-  local after = after_start(now, ttl)
+  local run_id, up = server()
+  local after = after_start(now, ttl, up)
   if quiet and now + ttl > after then after = now + ttl end
   redis.call('HSET', def_key, 'capacity', capacity, 'partitions', partitions,
-             'generation', generation, 'grant_after', int(after))
+             'generation', generation, 'grant_after', int(after), 'run_id', run_id)
 end
 -- A pool this worker knew (ARGV[i..i+2]: capacity, partitions, generation; empty if it
--- knew none) and the store lost: defined again, one generation on.
+-- knew none) and the store lost: defined again, one generation on. A pool another server
+-- process wrote (restarted from a snapshot or an append-only file that may miss the last
+-- grants, a replica promoted by a failover that may miss them too) grants nothing for a
+-- ttl from now: a lease it lost may still be in use.
 local function restored(now, ttl, i)
   local d = definition()
-  if d or ARGV[i] == '' then return d end
-  create(now, ttl, ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]) + 1, true)
-  return definition()
+  if not d then
+    if ARGV[i] == nil or ARGV[i] == '' then return nil end
+    create(now, ttl, ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]) + 1, true)
+    return definition()
+  end
+  local run_id = server()
+  if d.run_id ~= run_id then
+    local after = math.max(d.grant_after, now + ttl)
+    redis.call('HSET', def_key, 'grant_after', int(after), 'run_id', run_id)
+    d.grant_after, d.run_id = after, run_id
+  end
+  return d
 end
 "#;
 
@@ -146,7 +167,7 @@ return {d.capacity, d.partitions, d.generation, active, waiting, free, int(quiet
 /// the pool grants nothing yet. Leases expired for a ttl are dropped on the way.
 const ACQUIRE: &str = r#"
 local now, member, ttl = now_ms(), ARGV[1], tonumber(ARGV[3])
-local d = definition()
+local d = restored(now, ttl, #ARGV + 1)
 if not d or d.generation ~= tonumber(ARGV[2]) or now < d.grant_after then return false end
 local live = {}
 local all = redis.call('HGETALL', leases_key)

@@ -110,6 +110,38 @@ fn the_redis_store_fences_generations_and_grants_nothing_for_a_ttl_after_a_resta
 }
 
 #[test]
+fn a_pool_found_on_another_server_process_grants_nothing_for_a_ttl_but_renews() {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ttl = Duration::from_secs(2);
+    let store = RedisLeaseStore::new(&server.url(), "moved", ttl).unwrap();
+    rt.block_on(async {
+        store.define(100.0, 4).await.unwrap();
+        let (held, _) = first_grant(&store, "a", 1).await;
+        // As after a restart from a snapshot, or a failover: the pool is there, written
+        // by another server process, which may have granted more than it shows.
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &server.port.to_string()])
+            .args(["HSET", "sluice:lease:{moved}:def", "run_id", "another"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let view = store.heartbeat("a", 1, true).await.unwrap();
+        assert_eq!(view.free, 0);
+        let quiet = view.grants_in.expect("the store says when it grants again");
+        assert!(
+            quiet > Duration::from_millis(1500) && quiet <= ttl,
+            "{quiet:?}"
+        );
+        assert_eq!(store.acquire("b", 1).await.unwrap(), None);
+        // What a worker holds it keeps.
+        assert_eq!(store.renew("a", &[held]).await.unwrap(), vec![held]);
+        let (_, waited) = first_grant(&store, "b", 1).await;
+        assert!(waited >= Duration::from_millis(1500), "{waited:?}");
+    });
+}
+
+#[test]
 fn bad_redis_credentials_exit_2_naming_the_lease_store() {
     let server = RedisServer::with(&["--requirepass", "s3cret"]);
     let rt = tokio::runtime::Runtime::new().unwrap();
