@@ -1,21 +1,13 @@
 //! The Redis lease store, against redis-server processes of the tests' own (nothing kept
-//! on disk): the same sharing as PostgreSQL's store, its steps one by one (exclusive
-//! partitions, fencing by generation, nothing granted for a ttl after the server starts or
-//! after a pool it lost is defined again), a restart under three working workers, and
-//! credentials that exit 2.
+//! on disk): its steps one by one (exclusive partitions, fencing by generation, nothing
+//! granted for a ttl after the server starts, after a pool it lost is defined again, or
+//! under another server process), three workers sharing a pool across a restart (the pool
+//! never exceeded, every record once), and credentials that exit 2.
 
 use super::*;
 use common::redis::RedisServer;
 use sluice::lease::LeaseStore;
 use sluice::lease::redis::RedisLeaseStore;
-
-#[test]
-fn three_workers_share_a_redis_pool_without_exceeding_it() {
-    let redis = RedisServer::start();
-    // The first grants wait out the ttl after the server's start.
-    std::thread::sleep(Duration::from_secs(5));
-    share_the_pool(&redis.url());
-}
 
 /// Polls `acquire` until it grants something; returns the partition and how long it took.
 async fn first_grant(store: &RedisLeaseStore, member: &str, generation: u32) -> (u32, Duration) {
