@@ -32,7 +32,7 @@ impl Decoder {
         self.upsert.is_some()
     }
 
-    pub fn decode(&self, record: Record) -> Result<Row, DeadLetter> {
+    pub fn decode(&self, mut record: Record) -> Result<Row, DeadLetter> {
         let reject = |record: Record, reason: String| DeadLetter {
             origin: record.origin,
             key: None,
@@ -49,6 +49,9 @@ impl Decoder {
                     "record of {len} bytes exceeds source.max_record_bytes ({limit}); raw holds its first {limit} bytes"
                 ),
             ));
+        }
+        if let Some(why) = record.undecodable.take() {
+            return Err(reject(record, why));
         }
         if record.context.tombstone {
             if let Some(upsert) = self.upsert.as_ref().filter(|u| u.delete_on_tombstone) {
@@ -170,6 +173,7 @@ mod tests {
             fallback_key: "in:1".into(),
             payload: payload.as_bytes().to_vec(),
             oversize: None,
+            undecodable: None,
             context: Default::default(),
         }
     }

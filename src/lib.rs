@@ -40,6 +40,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod decode;
+pub mod format;
 #[doc(hidden)]
 pub mod fuzz_targets;
 pub(crate) mod health;

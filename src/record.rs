@@ -24,6 +24,9 @@ pub struct Record {
     /// Set when the source cut the payload short because it exceeded the size limit;
     /// holds the record's real length in bytes.
     pub oversize: Option<u64>,
+    /// Set when the payload (or key) could not be decoded from its wire format, with why;
+    /// the payload is then the bytes as received.
+    pub undecodable: Option<String>,
     pub context: SourceContext,
 }
 

@@ -51,10 +51,37 @@ async fn redis_store(l: &crate::config::LeasesSettings) -> Result<String, String
     }
 }
 
+/// The schema registry answers and takes the credentials.
+#[cfg(feature = "kafka")]
+async fn schema_registry(
+    settings: &crate::format::settings::RegistrySettings,
+) -> Result<String, String> {
+    use crate::format::registry::{RegistryError, SchemaRegistry};
+    let registry = SchemaRegistry::new(settings)?;
+    match registry.check().await {
+        Ok(()) => Ok("reachable; credentials accepted (GET /subjects)".into()),
+        Err(RegistryError::Missing(why)) => Ok(format!(
+            "reachable; GET /subjects answered {why} (schemas are read by id)"
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Checks everything the configuration calls for, each bounded by `timeout`.
 pub async fn check_all(config: &Config, timeout: Duration) -> Vec<Finding> {
     let mut findings = Vec::new();
     findings.extend(source::findings(&config.source, timeout).await);
+    #[cfg(feature = "kafka")]
+    if let Some(registry) = config
+        .source
+        .kafka()
+        .and_then(|k| k.schema_registry.as_ref())
+    {
+        findings.push(Finding {
+            what: format!("schema registry {}", registry.url.list().join(", ")),
+            result: within(timeout, schema_registry(registry)).await,
+        });
+    }
     findings.extend(sink::findings(config, timeout).await);
     if let Some(l) = &config.leases {
         let what = format!("lease store {}", l.store);

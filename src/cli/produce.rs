@@ -15,6 +15,10 @@ pub(super) struct ProduceArgs {
     /// NDJSON input; "-" reads stdin.
     #[arg(value_name = "INPUT", default_value = "-")]
     input: PathBuf,
+    /// Kafka, `source.value.format = "avro"`: encode each line with this Avro schema
+    /// (`.avsc`), registered under `<topic>-value` in `[source.schema_registry]`.
+    #[arg(long, value_name = "FILE")]
+    value_schema: Option<PathBuf>,
 }
 
 pub(super) async fn produce(args: ProduceArgs) -> u8 {
@@ -22,7 +26,7 @@ pub(super) async fn produce(args: ProduceArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    match crate::produce::produce(&config, &args.input).await {
+    match crate::produce::produce(&config, &args.input, args.value_schema.as_deref()).await {
         Ok(tally) => {
             println!("{}", tally.delivered);
             match tally.first_error {
@@ -40,7 +44,7 @@ pub(super) async fn produce(args: ProduceArgs) -> u8 {
                 }
             }
         }
-        Err(e @ ProduceError::NotAQueue(_)) => {
+        Err(e @ (ProduceError::NotAQueue(_) | ProduceError::Config(_))) => {
             say!("sluice: {e}");
             EXIT_CONFIG
         }

@@ -5,6 +5,8 @@
 #[cfg(feature = "amqp")]
 pub mod amqp;
 #[cfg(feature = "kafka")]
+pub mod avro;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 
 use std::path::Path;
@@ -28,6 +30,9 @@ pub enum ProduceError {
     Queue(String),
     #[error("source.kind = {0:?} is not a queue: nothing to produce to")]
     NotAQueue(SourceKind),
+    /// The configuration or the arguments cannot produce what was asked.
+    #[error("{0}")]
+    Config(String),
 }
 
 /// How a load went: confirmed messages, and the ones the queue refused or lost.
@@ -70,7 +75,27 @@ pub async fn open(config: &Config) -> Result<Box<dyn Publisher>, ProduceError> {
 
 /// Publishes every non-blank line of `input` ("-" is stdin), keyed by the value at
 /// `sink.key` when it is set and the line has one.
-pub async fn produce(config: &Config, input: &Path) -> Result<Tally, ProduceError> {
+pub async fn produce(
+    config: &Config,
+    input: &Path,
+    value_schema: Option<&Path>,
+) -> Result<Tally, ProduceError> {
+    #[cfg(feature = "kafka")]
+    let avro = match &config.source {
+        SourceSettings::Kafka(kafka) => avro::AvroEncoder::open(kafka, value_schema).await?,
+        _ if value_schema.is_some() => {
+            return Err(ProduceError::Config(
+                "--value-schema is for a Kafka source with source.value.format = \"avro\"".into(),
+            ));
+        }
+        _ => None,
+    };
+    #[cfg(not(feature = "kafka"))]
+    if value_schema.is_some() {
+        return Err(ProduceError::Config(
+            "--value-schema needs the kafka feature".into(),
+        ));
+    }
     let mut publisher = open(config).await?;
     let reader: Box<dyn AsyncRead + Unpin + Send> = if input.as_os_str() == "-" {
         Box::new(tokio::io::stdin())
@@ -87,6 +112,17 @@ pub async fn produce(config: &Config, input: &Path) -> Result<Tally, ProduceErro
             continue;
         }
         let key = keys.as_ref().and_then(|d| key_of(d, &line));
+        #[cfg(feature = "kafka")]
+        if let Some(avro) = &avro {
+            let value = avro.encode(&line).map_err(|why| {
+                ProduceError::Config(format!(
+                    "a line does not fit the Avro schema ({why}): {}",
+                    String::from_utf8_lossy(&line[..line.len().min(200)])
+                ))
+            })?;
+            publisher.publish(key.as_deref(), &value).await?;
+            continue;
+        }
         publisher.publish(key.as_deref(), &line).await?;
     }
     publisher.finish().await
@@ -105,6 +141,7 @@ fn key_of(decoder: &Decoder, line: &[u8]) -> Option<String> {
         fallback_key: String::new(),
         payload: line.to_vec(),
         oversize: None,
+        undecodable: None,
         context: Default::default(),
     };
     decoder.decode(record).ok().map(|row| row.key)

@@ -3,6 +3,7 @@
 //! over records the pipeline acknowledged.
 
 pub mod amqp;
+pub mod decoding;
 pub mod file;
 pub mod kafka;
 pub mod settings;
@@ -164,7 +165,7 @@ pub async fn open(
             if opening.direct {
                 source.assign_all().await?;
             }
-            Ok(Box::new(source))
+            with_decoder(Box::new(source), settings).await
         }
         // Refused by the settings' validation before anything opens.
         #[cfg(not(all(feature = "kafka", feature = "amqp")))]
@@ -173,6 +174,33 @@ pub async fn open(
             other.kind()
         ))),
     }
+}
+
+/// The Kafka source as it is, or decoding its wire format; a registry that refuses the
+/// credentials at start is refused like bad configuration, one that does not answer is
+/// waited for when a record needs it.
+#[cfg(feature = "kafka")]
+async fn with_decoder(
+    source: Box<dyn Source>,
+    settings: &kafka::settings::KafkaSettings,
+) -> Result<Box<dyn Source>, SourceError> {
+    use crate::format::registry::RegistryError;
+    let decoder = crate::format::MessageDecoder::new(
+        &settings.value,
+        &settings.key,
+        settings.schema_registry.as_deref(),
+    )
+    .map_err(SourceError::Refused)?;
+    let Some(decoder) = decoder else {
+        return Ok(source);
+    };
+    match decoder.check_registry().await {
+        // A registry without `GET /subjects` still serves schemas by id.
+        Ok(()) | Err(RegistryError::Missing(_)) => {}
+        Err(e @ RegistryError::Refused(_)) => return Err(SourceError::Refused(e.to_string())),
+        Err(e) => tracing::warn!("{e}: starting anyway; records wait for it"),
+    }
+    Ok(Box::new(decoding::DecodingSource::new(source, decoder)))
 }
 
 /// The backlog as `sluice plan` reports it: records waiting, and what the count leaves out.

@@ -55,6 +55,7 @@ impl Source for Endless {
                 fallback_key: format!("mem:{i}"),
                 payload: format!("{{\"id\":{i}}}").into_bytes(),
                 oversize: None,
+                undecodable: None,
                 context: Default::default(),
             })
             .collect();

@@ -215,6 +215,7 @@ fn batches(topic: &str, events: &[Change]) -> Vec<Vec<Record>> {
                             origin,
                             payload: e.value.clone().unwrap_or_default().into_bytes(),
                             oversize: None,
+                            undecodable: None,
                             context: SourceContext {
                                 key: Some(e.key.clone().into_bytes()),
                                 headers: Vec::new(),

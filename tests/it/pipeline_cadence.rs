@@ -41,6 +41,7 @@ impl Source for CountingSource {
                 fallback_key: format!("mem:{i}"),
                 payload: format!("{{\"id\":{i}}}").into_bytes(),
                 oversize: None,
+                undecodable: None,
                 context: Default::default(),
             })
             .collect();

@@ -243,6 +243,7 @@ impl AmqpSource {
             fallback_key: id,
             payload,
             oversize,
+            undecodable: None,
             context,
         }
     }

@@ -288,6 +288,7 @@ impl Segment {
             origin,
             payload,
             oversize,
+            undecodable: None,
             context: Default::default(),
         })
     }

@@ -191,6 +191,7 @@ impl KafkaSource {
             origin,
             payload,
             oversize,
+            undecodable: None,
             context,
         })
     }

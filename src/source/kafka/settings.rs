@@ -9,6 +9,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::format::settings::{FormatSettings, RegistrySettings};
 use crate::settings::{ConfigError, HumanDuration, Problems, read_secret_file};
 use crate::source::settings::default_max_record_bytes;
 
@@ -31,6 +32,14 @@ pub struct KafkaSettings {
     /// A longer record is dead-lettered instead of being held in memory.
     #[serde(default = "default_max_record_bytes")]
     pub max_record_bytes: usize,
+    /// How message values are encoded (`format = "json"` unless set).
+    #[serde(default = "FormatSettings::value_default")]
+    pub value: FormatSettings,
+    /// How message keys are encoded (`format = "text"` unless set).
+    #[serde(default = "FormatSettings::key_default")]
+    pub key: FormatSettings,
+    /// Where the schemas of `avro`, `protobuf` and `json_schema` records live.
+    pub schema_registry: Option<Box<RegistrySettings>>,
 }
 
 impl Default for KafkaSettings {
@@ -42,6 +51,9 @@ impl Default for KafkaSettings {
             properties: BTreeMap::new(),
             assignment_timeout: default_assignment_timeout(),
             max_record_bytes: default_max_record_bytes(),
+            value: FormatSettings::value_default(),
+            key: FormatSettings::key_default(),
+            schema_registry: None,
         }
     }
 }
@@ -113,6 +125,9 @@ impl KafkaSettings {
             self.properties.remove(&format!("{name}_file"));
             self.properties.insert(name, PropertyValue::Text(value));
         }
+        if let Some(registry) = &mut self.schema_registry {
+            registry.read_secret_files()?;
+        }
         Ok(())
     }
 
@@ -122,6 +137,9 @@ impl KafkaSettings {
             if crate::redact::is_secret_param(key, true) {
                 crate::redact::register_secret(&value.to_string());
             }
+        }
+        if let Some(registry) = &self.schema_registry {
+            registry.register_secrets();
         }
     }
 
@@ -152,6 +170,29 @@ impl KafkaSettings {
             );
         }
         p.positive_duration("source.assignment_timeout", source.assignment_timeout);
+        source.value.validate("source.value", p);
+        source.key.validate("source.key", p);
+        match &source.schema_registry {
+            Some(registry) => registry.validate(p),
+            None => {
+                for (table, f) in [("source.value", &source.value), ("source.key", &source.key)] {
+                    if f.needs_registry() {
+                        p.add(
+                            "source.schema_registry",
+                            format!(
+                                "required: {table}.format = {:?} reads each record's schema id from it{}",
+                                f.format.name(),
+                                if f.format == crate::format::settings::Format::Avro {
+                                    format!(" (or set {table}.schema_file for plain Avro bodies)")
+                                } else {
+                                    String::new()
+                                }
+                            ),
+                        );
+                    }
+                }
+            }
+        }
         let reserved: Vec<_> = (source.properties.keys())
             .filter_map(|key| RESERVED.iter().find(|(k, _)| k == key))
             .collect();
