@@ -122,6 +122,15 @@ if ! wait_port 127.0.0.1 "$KAFKA_PORT" 1; then
   wait_port 127.0.0.1 "$KAFKA_PORT" 30 || { log "tansu did not come up"; cat "$STATE/tansu.log" >&2; exit 1; }
 fi
 
+# --- The schema-registry tests' producer (in the same venv) -------------------------
+# tests/it/schema_registry_support/produce.py writes Avro, Protobuf and JSON Schema in the
+# Confluent wire format with confluent-kafka's serializers, an encoder independent of
+# sluice's; grpcio-tools is protoc, which compiles the test's .proto text for it.
+if ! "$VENV/bin/python" -c 'import confluent_kafka.schema_registry.avro, confluent_kafka.schema_registry.protobuf, confluent_kafka.schema_registry.json_schema, fastavro, google.protobuf, grpc_tools.protoc' 2>/dev/null; then
+  log "installing confluent-kafka's serializers and grpcio-tools"
+  "$VENV/bin/pip" install -q 'confluent-kafka[avro,json,protobuf,schemaregistry]==2.16.1' 'grpcio-tools==1.85.1' >&2
+fi
+
 # --- TLS: a throw-away PKI and TLS in front of what has none -----------------------
 # Shared by every checkout on this machine (the ports are), so kept outside the worktree.
 TLS_STATE=${SLUICE_TEST_TLS_STATE:-/tmp/sluice-test-tls}
@@ -205,6 +214,7 @@ echo "export SLUICE_TEST_MYSQL_ONE_URL=mysql://sluice_one:sluice@127.0.0.1:$MYSQ
 echo "export SLUICE_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/%2f"
 echo "export SLUICE_TEST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT"
 echo "export SLUICE_TEST_TANSU=$TANSU"
+echo "export SLUICE_TEST_PYTHON=$VENV/bin/python"
 echo "export SLUICE_TEST_TLS_DIR=$PKI"
 echo "export SLUICE_TEST_PG_TLS_PORT=$PG_TLS_PORT"
 echo "export SLUICE_TEST_AMQPS_PORT=$AMQPS_PORT"

@@ -2,7 +2,7 @@
 //! bytes base64, enums their symbol, a union the value of its branch (no type wrapper).
 
 use std::collections::HashMap;
-use std::fmt::Write;
+use std::io::Write;
 
 use apache_avro::Schema;
 use apache_avro::reader::datum::GenericDatumReader;
@@ -10,7 +10,6 @@ use apache_avro::schema::{Name, ResolvedSchema};
 use apache_avro::types::Value as Avro;
 use base64::Engine;
 use chrono::{DateTime, NaiveDate, NaiveTime};
-use serde_json::Value as Json;
 
 /// A writer's schema, parsed once and kept for the process's life (registry ids are
 /// immutable): leaked, so the datum reader that borrows it can be kept beside it.
@@ -72,8 +71,9 @@ impl AvroSchema {
                 body.len()
             ));
         }
-        let json = self.json(&value, self.schema)?;
-        Ok(json.to_string())
+        let mut out = Vec::with_capacity(body.len() * 3);
+        self.write(&value, self.schema, &mut out)?;
+        Ok(String::from_utf8(out).expect("JSON written from UTF-8 text"))
     }
 
     fn resolve<'a>(&'a self, schema: &'a Schema) -> Result<&'a Schema, String> {
@@ -87,18 +87,19 @@ impl AvroSchema {
         }
     }
 
-    fn json(&self, value: &Avro, schema: &Schema) -> Result<Json, String> {
+    /// Writes `value`'s JSON to `out` directly (no intermediate tree: this runs once per
+    /// record).
+    fn write(&self, value: &Avro, schema: &Schema, out: &mut Vec<u8>) -> Result<(), String> {
         let schema = self.resolve(schema)?;
-        Ok(match value {
-            Avro::Null => Json::Null,
-            Avro::Boolean(b) => Json::Bool(*b),
-            Avro::Int(i) => Json::from(*i),
-            Avro::Long(i) => Json::from(*i),
-            Avro::Float(x) => float(f64::from(*x), x.to_string()),
-            Avro::Double(x) => float(*x, x.to_string()),
-            Avro::Bytes(b) | Avro::Fixed(_, b) => Json::String(base64(b)),
-            Avro::String(s) => Json::String(s.clone()),
-            Avro::Enum(_, symbol) => Json::String(symbol.clone()),
+        match value {
+            Avro::Null => out.extend_from_slice(b"null"),
+            Avro::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+            Avro::Int(i) => write_display(out, i),
+            Avro::Long(i) => write_display(out, i),
+            Avro::Float(x) => write_float(out, f64::from(*x), x),
+            Avro::Double(x) => write_float(out, *x, x),
+            Avro::Bytes(b) | Avro::Fixed(_, b) => write_string(out, &base64(b)),
+            Avro::String(s) | Avro::Enum(_, s) => write_string(out, s),
             Avro::Union(index, inner) => {
                 let Schema::Union(union) = schema else {
                     return Err("Avro: a union value without a union schema".into());
@@ -107,40 +108,50 @@ impl AvroSchema {
                     .variants()
                     .get(*index as usize)
                     .ok_or_else(|| format!("Avro: union branch {index} out of range"))?;
-                self.json(inner, branch)?
+                self.write(inner, branch, out)?;
             }
             Avro::Array(items) => {
                 let Schema::Array(array) = schema else {
                     return Err("Avro: an array value without an array schema".into());
                 };
-                Json::Array(
-                    items
-                        .iter()
-                        .map(|v| self.json(v, &array.items))
-                        .collect::<Result<_, _>>()?,
-                )
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    self.write(item, &array.items, out)?;
+                }
+                out.push(b']');
             }
             Avro::Map(entries) => {
                 let Schema::Map(map) = schema else {
                     return Err("Avro: a map value without a map schema".into());
                 };
-                let mut keys: Vec<_> = entries.keys().collect();
-                keys.sort();
-                let mut object = serde_json::Map::with_capacity(keys.len());
-                for key in keys {
-                    object.insert(key.clone(), self.json(&entries[key], &map.types)?);
+                out.push(b'{');
+                for (i, (key, v)) in entries.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_string(out, key);
+                    out.push(b':');
+                    self.write(v, &map.types, out)?;
                 }
-                Json::Object(object)
+                out.push(b'}');
             }
             Avro::Record(fields) => {
                 let Schema::Record(record) = schema else {
                     return Err("Avro: a record value without a record schema".into());
                 };
-                let mut object = serde_json::Map::with_capacity(fields.len());
-                for ((name, v), field) in fields.iter().zip(&record.fields) {
-                    object.insert(name.clone(), self.json(v, &field.schema)?);
+                out.push(b'{');
+                for (i, ((name, v), field)) in fields.iter().zip(&record.fields).enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_string(out, name);
+                    out.push(b':');
+                    self.write(v, &field.schema, out)?;
                 }
-                Json::Object(object)
+                out.push(b'}');
             }
             Avro::Decimal(decimal) => {
                 let Schema::Decimal(d) = schema else {
@@ -149,10 +160,10 @@ impl AvroSchema {
                 let bytes =
                     <Vec<u8>>::try_from(decimal).map_err(|e| format!("Avro decimal: {e}"))?;
                 let unscaled = num_bigint::BigInt::from_signed_bytes_be(&bytes);
-                number(&scaled(&unscaled.to_string(), d.scale))?
+                out.extend_from_slice(scaled(&unscaled.to_string(), d.scale).as_bytes());
             }
-            Avro::BigDecimal(big) => number(&big.to_string())?,
-            Avro::Uuid(u) => Json::String(u.to_string()),
+            Avro::BigDecimal(big) => write_display(out, big),
+            Avro::Uuid(u) => write_string(out, &u.to_string()),
             Avro::Date(days) => {
                 let date = NaiveDate::from_ymd_opt(1970, 1, 1)
                     .and_then(|epoch| {
@@ -161,46 +172,67 @@ impl AvroSchema {
                     .ok_or_else(|| {
                         format!("Avro date {days} days from 1970-01-01 is out of range")
                     })?;
-                Json::String(date.format("%Y-%m-%d").to_string())
+                write_string(out, &date.format("%Y-%m-%d").to_string());
             }
-            Avro::TimeMillis(ms) => time(i64::from(*ms) * 1_000_000, 3)?,
-            Avro::TimeMicros(us) => time(us.saturating_mul(1_000), 6)?,
-            Avro::TimestampMillis(ms) => timestamp(i128::from(*ms) * 1_000_000, 3, true)?,
-            Avro::TimestampMicros(us) => timestamp(i128::from(*us) * 1_000, 6, true)?,
-            Avro::TimestampNanos(ns) => timestamp(i128::from(*ns), 9, true)?,
-            Avro::LocalTimestampMillis(ms) => timestamp(i128::from(*ms) * 1_000_000, 3, false)?,
-            Avro::LocalTimestampMicros(us) => timestamp(i128::from(*us) * 1_000, 6, false)?,
-            Avro::LocalTimestampNanos(ns) => timestamp(i128::from(*ns), 9, false)?,
-            Avro::Duration(d) => serde_json::json!({
-                "months": u32::from(d.months()),
-                "days": u32::from(d.days()),
-                "milliseconds": u32::from(d.millis()),
-            }),
-        })
+            Avro::TimeMillis(ms) => write_string(out, &time(i64::from(*ms) * 1_000_000, 3)?),
+            Avro::TimeMicros(us) => write_string(out, &time(us.saturating_mul(1_000), 6)?),
+            Avro::TimestampMillis(ms) => {
+                write_string(out, &timestamp(i128::from(*ms) * 1_000_000, 3, true)?)
+            }
+            Avro::TimestampMicros(us) => {
+                write_string(out, &timestamp(i128::from(*us) * 1_000, 6, true)?)
+            }
+            Avro::TimestampNanos(ns) => write_string(out, &timestamp(i128::from(*ns), 9, true)?),
+            Avro::LocalTimestampMillis(ms) => {
+                write_string(out, &timestamp(i128::from(*ms) * 1_000_000, 3, false)?)
+            }
+            Avro::LocalTimestampMicros(us) => {
+                write_string(out, &timestamp(i128::from(*us) * 1_000, 6, false)?)
+            }
+            Avro::LocalTimestampNanos(ns) => {
+                write_string(out, &timestamp(i128::from(*ns), 9, false)?)
+            }
+            Avro::Duration(d) => {
+                let _ = write!(
+                    out,
+                    r#"{{"months":{},"days":{},"milliseconds":{}}}"#,
+                    u32::from(d.months()),
+                    u32::from(d.days()),
+                    u32::from(d.millis())
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_display(out: &mut Vec<u8>, value: &impl std::fmt::Display) {
+    let _ = write!(out, "{value}");
+}
+
+/// A JSON string, escaped as serde_json escapes.
+fn write_string(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(&mut *out, s).expect("a string serializes");
+}
+
+/// A float as its shortest round-trip text (so a `float` 1.1 reads 1.1, not
+/// 1.100000023841858); the three values JSON has no number for as strings.
+fn write_float(out: &mut Vec<u8>, x: f64, shortest: &impl std::fmt::Display) {
+    if x.is_nan() {
+        out.extend_from_slice(b"\"NaN\"");
+    } else if x.is_infinite() {
+        out.extend_from_slice(if x > 0.0 {
+            b"\"Infinity\""
+        } else {
+            b"\"-Infinity\""
+        });
+    } else {
+        write_display(out, shortest);
     }
 }
 
 pub(crate) fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// A float as its shortest round-trip text (so a `float` 1.1 reads 1.1, not
-/// 1.100000023841858); the three values JSON has no number for as strings.
-fn float(x: f64, text: String) -> Json {
-    if x.is_nan() {
-        Json::String("NaN".into())
-    } else if x.is_infinite() {
-        Json::String(if x > 0.0 { "Infinity" } else { "-Infinity" }.into())
-    } else {
-        number(&text).unwrap_or(Json::Null)
-    }
-}
-
-/// A JSON number from exact decimal text (serde_json keeps every digit).
-fn number(text: &str) -> Result<Json, String> {
-    serde_json::from_str::<serde_json::Number>(text)
-        .map(Json::Number)
-        .map_err(|e| format!("not a number {text:?}: {e}"))
 }
 
 /// `unscaled` × 10^-scale as decimal text: exactly `scale` digits after the point.
@@ -217,7 +249,8 @@ fn scaled(unscaled: &str, scale: usize) -> String {
     format!("{sign}{whole}.{fraction}")
 }
 
-fn time(nanos: i64, digits: usize) -> Result<Json, String> {
+fn time(nanos: i64, digits: usize) -> Result<String, String> {
+    use std::fmt::Write as _;
     let secs = nanos.div_euclid(1_000_000_000);
     let sub = nanos.rem_euclid(1_000_000_000);
     let t = u32::try_from(secs)
@@ -231,12 +264,13 @@ fn time(nanos: i64, digits: usize) -> Result<Json, String> {
         sub / 10_i64.pow(9 - digits as u32),
         width = digits
     );
-    Ok(Json::String(out))
+    Ok(out)
 }
 
 /// RFC 3339 text with exactly `digits` fraction digits; `utc`: with a `Z` (a local
 /// timestamp has no zone, so none is written).
-fn timestamp(nanos: i128, digits: usize, utc: bool) -> Result<Json, String> {
+fn timestamp(nanos: i128, digits: usize, utc: bool) -> Result<String, String> {
+    use std::fmt::Write as _;
     let secs = i64::try_from(nanos.div_euclid(1_000_000_000))
         .map_err(|_| "Avro timestamp out of range".to_string())?;
     let sub = nanos.rem_euclid(1_000_000_000) as u32;
@@ -253,7 +287,7 @@ fn timestamp(nanos: i128, digits: usize, utc: bool) -> Result<Json, String> {
     if utc {
         out.push('Z');
     }
-    Ok(Json::String(out))
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -86,24 +86,31 @@ impl MessageDecoder {
     /// Replaces the record's value (and key) with their JSON, or marks the record
     /// undecodable with why. Err: the registry is down or refuses; the record is as it was.
     pub async fn decode(&mut self, record: &mut Record) -> Result<(), RegistryError> {
-        if record.oversize.is_none()
-            && !record.context.tombstone
-            && self.value.format != Format::Json
-        {
-            match self.json_of(Part::Value, &record.payload).await? {
-                Ok(json) => record.payload = json.into_bytes(),
-                Err(why) => {
-                    record.undecodable = Some(why);
-                    return Ok(());
-                }
-            }
-        }
+        // The key first: a dead letter for either keeps the value's bytes as received.
+        let received_key = record.context.key.clone();
         if self.key.format != Format::Text
             && let Some(key) = record.context.key.as_deref().filter(|k| !k.is_empty())
         {
             match self.json_of(Part::Key, key).await? {
                 Ok(json) => record.context.key = Some(key_text(&json).into_bytes()),
-                Err(why) => record.undecodable = Some(format!("message key: {why}")),
+                Err(why) => {
+                    record.undecodable = Some(format!("message key: {why}"));
+                    return Ok(());
+                }
+            }
+        }
+        if record.oversize.is_none()
+            && !record.context.tombstone
+            && self.value.format != Format::Json
+        {
+            match self.json_of(Part::Value, &record.payload).await {
+                Ok(Ok(json)) => record.payload = json.into_bytes(),
+                Ok(Err(why)) => record.undecodable = Some(why),
+                Err(e) => {
+                    // Decoded again, key included, when the registry answers.
+                    record.context.key = received_key;
+                    return Err(e);
+                }
             }
         }
         Ok(())

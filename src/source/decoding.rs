@@ -42,6 +42,8 @@ impl Source for DecodingSource {
         if let Some((_, retry_at)) = self.outage
             && Instant::now() < retry_at
         {
+            // Keeps the source's machinery served (commits, group membership) meanwhile.
+            self.inner.watch().await?;
             return Ok(Pulled::default());
         }
         let mut caught_up = false;
@@ -73,6 +75,7 @@ impl Source for DecodingSource {
                         );
                     }
                     self.outage = Some((attempts, Instant::now() + wait));
+                    self.inner.watch().await?;
                     return Ok(Pulled {
                         records,
                         caught_up: false,

@@ -418,3 +418,81 @@ fn an_unreadable_config_file_is_named() {
         "{err}"
     );
 }
+
+/// A Kafka source's wire formats: each mistake exits 2 naming its key, for every command.
+#[test]
+fn wire_formats_that_cannot_be_read() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.avsc"), "{\"type\": \"recrod\"}").unwrap();
+    let head =
+        "[source]\nkind = \"kafka\"\nbrokers = \"127.0.0.1:1\"\ntopic = \"t\"\ngroup = \"g\"\n";
+    let sink = "\n[sink]\nkind = \"sqlite\"\nurl = \"sqlite://out.db\"\n";
+    for (tail, key, words) in [
+        (
+            "[source.value]\nformat = \"text\"\n",
+            "source.value.format",
+            "for keys",
+        ),
+        (
+            "[source.value]\nformat = \"avro\"\n",
+            "source.schema_registry",
+            "schema_file",
+        ),
+        (
+            "[source.key]\nformat = \"protobuf\"\n",
+            "source.schema_registry",
+            "required",
+        ),
+        (
+            "[source.value]\nformat = \"avro\"\nschema_file = \"bad.avsc\"\n",
+            "source.value.schema_file",
+            "not an Avro schema",
+        ),
+        (
+            "[source.value]\nformat = \"avro\"\nschema_file = \"missing.avsc\"\n",
+            "source.value.schema_file",
+            "cannot read",
+        ),
+        (
+            "[source.value]\nformat = \"protobuf\"\nschema_file = \"bad.avsc\"\n",
+            "source.value.schema_file",
+            "format = \"avro\"",
+        ),
+        (
+            "[source.value]\nformat = \"avro\"\n[source.schema_registry]\nurl = \"ftp://registry\"\n",
+            "source.schema_registry.url",
+            "http",
+        ),
+        (
+            "[source.value]\nformat = \"avro\"\n[source.schema_registry]\nurl = \"http://r:8081\"\ntoken = \"t\"\nusername = \"u\"\n",
+            "source.schema_registry.token",
+            "not both",
+        ),
+        (
+            "[source.value]\nformat = \"avro\"\n[source.schema_registry]\nurl = \"http://r:8081\"\npassword_file = \"nowhere\"\n",
+            "source.schema_registry.password_file",
+            "cannot read",
+        ),
+        (
+            "[source.value]\nformat = \"avro\"\n[source.schema_registry]\nurl = \"http://r:8081\"\nrequests_per_second = 0\n",
+            "source.schema_registry.requests_per_second",
+            "at least 1",
+        ),
+    ] {
+        std::fs::write(
+            dir.path().join("sluice.toml"),
+            format!("{head}{tail}{sink}"),
+        )
+        .unwrap();
+        for command in ["check", "run"] {
+            let out = run_in(dir.path(), &[command, "-c", "sluice.toml"]);
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{tail} {command}: {err}");
+            assert!(
+                err.contains(key) && err.contains(words),
+                "{tail} {command}: should name {key} and say {words:?}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+}

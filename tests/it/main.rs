@@ -8,6 +8,7 @@ mod kafka_pg_support;
 mod kubernetes_support;
 mod lease_fleet_support;
 mod mysql_support;
+mod schema_registry_support;
 
 mod amqp;
 mod bad_config;
@@ -67,6 +68,8 @@ mod postgres_errors;
 mod probe_reads;
 mod rate_auto;
 mod remaining;
+mod schema_registry;
+mod schema_registry_bench;
 mod secrets;
 mod shutdown_pause;
 mod sink_limit;
