@@ -595,6 +595,103 @@ async fn credentials_the_registry_refuses_stop_the_worker_with_exit_2() {
     delete_topic(&topic);
 }
 
+/// `sluice produce --value-schema` rehearses an Avro topic: it registers the schema under
+/// `<topic>-value` and encodes each NDJSON line (sluice's own encoder, the mapping read
+/// backwards); `sluice check` finds the registry; a registry answering 503 is an outage
+/// the worker waits out (nothing written, nothing dead-lettered), and then every line
+/// arrives as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sluice_produce_rehearses_an_avro_topic_and_a_503_is_waited_out() {
+    const RECORDS: usize = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let registry = TestRegistry::spawn();
+    let topic = unique("sr_produce");
+    let table = topic.clone();
+    create_topic(&topic, 2);
+    let schema = dir.path().join("order.avsc");
+    std::fs::write(
+        &schema,
+        r#"{"type": "record", "name": "Order", "fields": [
+          {"name": "id", "type": "long"},
+          {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 30, "scale": 10}},
+          {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+          {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+          {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
+          {"name": "note", "type": ["null", "string"], "default": null},
+          {"name": "blob", "type": "bytes"}
+        ]}"#,
+    )
+    .unwrap();
+    let input = dir.path().join("in.ndjson");
+    let mut lines = String::new();
+    for i in 1..=RECORDS {
+        let note = if i % 2 == 0 { format!("\"zażółć {i}\"") } else { "null".into() };
+        lines.push_str(&format!(
+            "{{\"id\":{i},\"amount\":{i}12345678901234567.0123456789,\"at\":\"1969-12-31T23:59:{:02}.{i:06}Z\",\"day\":\"2024-02-29\",\"status\":\"{}\",\"note\":{note},\"blob\":\"AAEC/w==\"}}\n",
+            i % 60,
+            if i % 3 == 0 { "PAID" } else { "NEW" },
+        ));
+    }
+    std::fs::write(&input, &lines).unwrap();
+    let config = registry_config(
+        dir.path(),
+        &topic,
+        &table,
+        "key = \"/id\"",
+        "avro",
+        "text",
+        &registry.url(),
+        "timeout = \"2s\"",
+        "",
+    );
+    let out = sluice()
+        .args(["produce", "--value-schema"])
+        .arg(&schema)
+        .arg("--config")
+        .arg(&config)
+        .arg(&input)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "produce: {}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), RECORDS.to_string());
+    assert_eq!(registry.versions(&format!("{topic}-value")).len(), 1);
+
+    let out = sluice()
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out);
+    assert!(
+        said.contains("schema registry") && said.contains("reachable"),
+        "{said}"
+    );
+
+    registry.fail_with(Some(503));
+    let mut worker = start_worker(&config, &["--until-empty"]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(worker.try_wait().unwrap().is_none(), "the worker waits");
+    assert_eq!(dead_letter_count(&topic).await, 0, "nothing dead-lettered");
+    let written = pg_count(&format!(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = '{table}'"
+    ))
+    .await;
+    if written > 0 {
+        assert_eq!(pg_count(&format!("SELECT count(*) FROM {table}")).await, 0);
+    }
+    registry.fail_with(None);
+    let out = finish(worker, LIMIT).await;
+    assert_drained(&out, RECORDS as u64, 0);
+    let expected: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_rows_match(&expected, &payloads_by_id(&table).await, &["/amount"]);
+    clean_up(&table, &topic).await;
+}
+
 fn terminate(child: &tokio::process::Child) {
     let pid = child.id().expect("still running");
     let status = std::process::Command::new("kill")
