@@ -225,9 +225,12 @@ async fn resize(args: ResizeArgs) -> u8 {
     }
     if args
         .partitions
-        .is_some_and(|p| !(1..=i32::MAX as u32).contains(&p))
+        .is_some_and(|p| !(1..=crate::config::MAX_PARTITIONS).contains(&p))
     {
-        say!("sluice: --partitions must be between 1 and {}", i32::MAX);
+        say!(
+            "sluice: --partitions must be between 1 and {}",
+            crate::config::MAX_PARTITIONS
+        );
         return EXIT_CONFIG;
     }
     // A deliberate change: the tables are created if this is the pool's first definition.

@@ -12,6 +12,12 @@ use crate::settings::Problems;
 use crate::settings::bounds::{MOST_RATE, rate_problem};
 use crate::source::settings::SourceKind;
 
+/// The most leases a pool is cut into. A worker's acquire looks at every partition (a
+/// Lua loop in a Redis shared with others, `generate_series` in PostgreSQL), so a typo of
+/// a few more zeros would stall the store for everyone; 100,000 leaves a lease per worker
+/// for any fleet many times over.
+pub const MAX_PARTITIONS: u32 = 100_000;
+
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeasesSettings {
@@ -28,7 +34,7 @@ pub struct LeasesSettings {
     pub pool: String,
     /// Records per second the sink takes in total.
     pub capacity: f64,
-    /// The capacity is cut into this many equal leases.
+    /// The capacity is cut into this many equal leases (at most 100,000).
     #[serde(default)]
     pub partitions: u32,
     #[schemars(with = "schema::HumanDuration")]
@@ -89,12 +95,11 @@ impl LeasesSettings {
                 "leases.store",
             ));
         }
-        // Partitions are numbered with PostgreSQL integers.
         p.count(
             "leases.partitions",
             u64::from(self.partitions),
             1,
-            i32::MAX as u64,
+            u64::from(MAX_PARTITIONS),
         );
         if self.ttl < Duration::from_secs(1) {
             p.add("leases.ttl", "must be at least 1s");

@@ -31,7 +31,7 @@ use crate::source::settings::{SourceKind, SourceSettings};
 use crate::source::{Extent, Opening};
 pub use backoffs::Backoffs;
 use environment::{kafka_properties_from_env, unknown_variables};
-pub use leases::LeasesSettings;
+pub use leases::{LeasesSettings, MAX_PARTITIONS};
 pub use rate::{RateSettings, RecordsPerSecond, Unbounded};
 pub use retry::RetrySettings;
 pub use secrets::RedactSettings;

@@ -98,12 +98,19 @@ fn check_accepts_a_good_config() {
 }
 
 #[test]
-fn a_lease_store_without_partitions() {
+fn a_lease_store_without_partitions_or_with_too_many() {
     check_refused(
         &[],
         "[leases]\nstore = \"postgres://u@127.0.0.1/db\"\ncapacity = 100\n",
         "in.ndjson",
         "leases.partitions",
+    );
+    // A typo of a few zeros would have every acquire loop over them in the shared store.
+    check_refused(
+        &[],
+        "[leases]\nstore = \"redis://127.0.0.1:6379/\"\npool = \"p\"\ncapacity = 100\npartitions = 80000000\n",
+        "in.ndjson",
+        "100000",
     );
 }
 

@@ -625,7 +625,11 @@ async fn sluice_produce_rehearses_an_avro_topic_and_a_503_is_waited_out() {
     let input = dir.path().join("in.ndjson");
     let mut lines = String::new();
     for i in 1..=RECORDS {
-        let note = if i % 2 == 0 { format!("\"zażółć {i}\"") } else { "null".into() };
+        let note = if i % 2 == 0 {
+            format!("\"zażółć {i}\"")
+        } else {
+            "null".into()
+        };
         lines.push_str(&format!(
             "{{\"id\":{i},\"amount\":{i}12345678901234567.0123456789,\"at\":\"1969-12-31T23:59:{:02}.{i:06}Z\",\"day\":\"2024-02-29\",\"status\":\"{}\",\"note\":{note},\"blob\":\"AAEC/w==\"}}\n",
             i % 60,
@@ -654,7 +658,10 @@ async fn sluice_produce_rehearses_an_avro_topic_and_a_503_is_waited_out() {
         .await
         .unwrap();
     assert!(out.status.success(), "produce: {}", stderr(&out));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), RECORDS.to_string());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        RECORDS.to_string()
+    );
     assert_eq!(registry.versions(&format!("{topic}-value")).len(), 1);
 
     let out = sluice()
