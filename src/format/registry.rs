@@ -24,8 +24,9 @@ pub enum RegistryError {
     /// records that need it are dead letters.
     #[error("{0}")]
     Missing(String),
-    /// 401/403: the credentials are wrong or lack a permission; waiting will not help.
-    #[error("the schema registry refused the credentials of source.schema_registry: {0}")]
+    /// 401/403 (the credentials are wrong or lack a permission), or a certificate refused
+    /// either way: waiting will not help. The message names the key to fix.
+    #[error("{0}")]
     Refused(String),
 }
 
@@ -218,7 +219,9 @@ impl SchemaRegistry {
     ) -> Result<T, RegistryError> {
         let mut url = base.clone();
         url.path_segments_mut()
-            .map_err(|()| RegistryError::Refused("the registry URL cannot take a path".into()))?
+            .map_err(|()| {
+                RegistryError::Refused("source.schema_registry.url cannot take a path".into())
+            })?
             .pop_if_empty()
             .extend(path);
         let shown = crate::redact::redact(url.as_str());
@@ -241,7 +244,9 @@ impl SchemaRegistry {
                 .send()
                 .await
                 .map_err(|e| match crate::tls::certificate_refused(&e) {
-                    Some(why) => RegistryError::Refused(format!("{shown}: {why}")),
+                    Some(why) => RegistryError::Refused(format!(
+                        "source.schema_registry.tls: {shown}: the certificate was refused: {why}"
+                    )),
                     None => RegistryError::Outage(format!("{shown}: {}", chain(&e))),
                 })?;
         let status = response.status();
@@ -255,9 +260,11 @@ impl SchemaRegistry {
                     "{shown}: {s} with a body that is not the expected JSON ({e}): {excerpt:?}"
                 ))
             }),
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(RegistryError::Refused(
-                format!("{shown}: {status} {excerpt}"),
-            )),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+                Err(RegistryError::Refused(format!(
+                    "the schema registry refused the credentials of source.schema_registry: {shown}: {status} {excerpt}"
+                )))
+            }
             StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS => {
                 Err(RegistryError::Outage(format!("{shown}: {status}")))
             }

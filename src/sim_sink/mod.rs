@@ -17,7 +17,7 @@ pub mod measure;
 pub mod outage;
 pub mod overload;
 mod server;
-mod tls;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -60,9 +60,7 @@ impl Source for DecodingSource {
                 Ok(()) => records.push(record),
                 Err(RegistryError::Refused(why)) => {
                     self.waiting.push_front(record);
-                    return Err(SourceError::Refused(format!(
-                        "the schema registry refused the credentials of source.schema_registry: {why}"
-                    )));
+                    return Err(SourceError::Refused(why));
                 }
                 Err(e) => {
                     self.waiting.push_front(record);

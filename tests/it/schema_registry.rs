@@ -699,6 +699,79 @@ async fn sluice_produce_rehearses_an_avro_topic_and_a_503_is_waited_out() {
     clean_up(&table, &topic).await;
 }
 
+/// The registry over HTTPS signed by a private CA (`[source.schema_registry.tls] ca_file`,
+/// the project's TLS settings): `sluice produce` registers through it and the worker reads
+/// through it; a registry whose certificate the configured CA did not sign stops the worker
+/// at start with exit 2 naming `source.schema_registry.tls` (waiting cannot fix it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_over_https_with_a_private_ca() {
+    const RECORDS: usize = 50;
+    let pki = |name: &str| {
+        std::path::PathBuf::from(
+            std::env::var("SLUICE_TEST_TLS_DIR")
+                .expect("SLUICE_TEST_TLS_DIR: run eval \"$(scripts/services.sh)\" first"),
+        )
+        .join(name)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let registry = TestRegistry::spawn_with(RegistryOptions {
+        tls: Some((pki("server.pem"), pki("server.key"))),
+        ..Default::default()
+    });
+    let topic = unique("sr_tls");
+    let table = topic.clone();
+    create_topic(&topic, 1);
+    let schema = dir.path().join("row.avsc");
+    std::fs::write(
+        &schema,
+        r#"{"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}"#,
+    )
+    .unwrap();
+    let input = dir.path().join("in.ndjson");
+    let lines: String = (1..=RECORDS)
+        .map(|i| format!("{{\"id\":{i},\"name\":\"row {i}\"}}\n"))
+        .collect();
+    std::fs::write(&input, &lines).unwrap();
+    let config_with = |ca: &str| {
+        registry_config(
+            dir.path(),
+            &topic,
+            &table,
+            "key = \"/id\"",
+            "avro",
+            "text",
+            &registry.url(),
+            &format!("[source.schema_registry.tls]\nca_file = {:?}\n", pki(ca)),
+            "",
+        )
+    };
+    let config = config_with("ca.pem");
+    let out = sluice()
+        .args(["produce", "--value-schema"])
+        .arg(&schema)
+        .arg("--config")
+        .arg(&config)
+        .arg(&input)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "produce: {}", stderr(&out));
+    let out = finish(start_worker(&config, &["--until-empty"]), LIMIT).await;
+    assert_drained(&out, RECORDS as u64, 0);
+    let expected: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_rows_match(&expected, &payloads_by_id(&table).await, &[]);
+
+    let config = config_with("other-ca.pem");
+    let out = finish(start_worker(&config, &["--until-empty"]), LIMIT).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("source.schema_registry.tls"), "{err}");
+    clean_up(&table, &topic).await;
+}
+
 fn terminate(child: &tokio::process::Child) {
     let pid = child.id().expect("still running");
     let status = std::process::Command::new("kill")

@@ -56,6 +56,8 @@ pub struct RegistryOptions {
     pub auth: Option<Auth>,
     /// The id the first schema registered gets (then +1 each).
     pub first_id: u32,
+    /// HTTPS with this certificate and key (PEM files), instead of HTTP.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl Default for RegistryOptions {
@@ -63,6 +65,7 @@ impl Default for RegistryOptions {
         RegistryOptions {
             auth: None,
             first_id: 1,
+            tls: None,
         }
     }
 }
@@ -96,6 +99,8 @@ struct Store {
 }
 
 struct Shared {
+    /// Serves HTTPS with this configuration when set.
+    tls: Option<Arc<rustls::ServerConfig>>,
     auth: Option<Auth>,
     state: Mutex<Store>,
 }
@@ -118,7 +123,11 @@ impl TestRegistry {
     }
 
     pub fn spawn_with(options: RegistryOptions) -> TestRegistry {
+        let tls = options.tls.as_ref().map(|(cert, key)| {
+            sluice::tls::server_config(cert, key).expect("the test certificate loads")
+        });
         let shared = Arc::new(Shared {
+            tls,
             auth: options.auth,
             state: Mutex::new(Store {
                 next_id: options.first_id,
@@ -142,7 +151,11 @@ impl TestRegistry {
 
     /// `http://127.0.0.1:PORT` (no trailing slash).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        match self.shared.tls {
+            // The test certificate names localhost.
+            Some(_) => format!("https://localhost:{}", self.port),
+            None => format!("http://127.0.0.1:{}", self.port),
+        }
     }
 
     /// Stops answering: the port refuses connections, open ones are closed. Idempotent.
@@ -268,14 +281,25 @@ fn serve(shared: Arc<Shared>, listener: std::net::TcpListener) -> Server {
                 .unwrap();
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let tls = shared.tls.clone();
                 let app = Router::new().fallback(handle).with_state(shared);
-                tokio::select! {
-                    served = axum::serve(listener, app).into_future() => {
-                        if let Err(e) = served {
-                            eprintln!("test registry: {e}");
+                match tls {
+                    Some(config) => {
+                        let listener =
+                            sluice::sim_sink::tls::TlsListener::new(listener, config).unwrap();
+                        tokio::select! {
+                            _ = axum::serve(listener, app).into_future() => {}
+                            _ = stopped => {}
                         }
                     }
-                    _ = stopped => {}
+                    None => tokio::select! {
+                        served = axum::serve(listener, app).into_future() => {
+                            if let Err(e) = served {
+                                eprintln!("test registry: {e}");
+                            }
+                        }
+                        _ = stopped => {}
+                    },
                 }
             });
             // Dropping the runtime drops every connection task: open connections close.
