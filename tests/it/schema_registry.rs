@@ -922,38 +922,16 @@ async fn a_worker_killed_mid_drain_of_avro_records_resumes_without_loss_or_dupli
         "[concurrency]\nalgorithm = \"fixed\"\nmax = 16",
     );
 
-    let mut first = start_worker(&config, &["--until-empty", "--rate", "3000"]);
-    let count = format!("SELECT count(*) FROM {table}");
-    wait_for_table(&table, LIMIT).await;
-    wait_for_count(&count, 5_000, LIMIT).await;
-    // Hold the table so the worker's next batches are pulled but cannot be written, then
-    // kill it while they are in flight: their offsets must not have been committed.
-    let mut locker = pg().await;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
-    )))
-    .execute(&mut locker)
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    first.start_kill().unwrap(); // SIGKILL: no chance to commit or close
-    first.wait().await.unwrap();
-    let blocked = pg_count(&format!(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_locks \
-         WHERE relation = '{table}'::regclass AND NOT granted"
-    ))
+    let at_kill = kill_mid_drain(
+        &config,
+        &table,
+        &["--until-empty", "--rate", "3000"],
+        5_000,
+        RECORDS as i64,
+        LIMIT,
+    )
     .await;
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut locker)
-        .await
-        .unwrap();
-    assert!(blocked > 0, "writes were in flight at the kill");
-    let at_kill = pg_count(&count).await;
-    assert!(
-        (5_000..RECORDS as i64).contains(&at_kill),
-        "the kill should land mid-drain: {at_kill} rows"
-    );
-
+    let count = format!("SELECT count(*) FROM {table}");
     let out = finish(start_worker(&config, &["--until-empty"]), LIMIT).await;
     assert!(out.status.success(), "restart failed: {}", stderr(&out));
     let s = summary(&out);

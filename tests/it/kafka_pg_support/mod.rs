@@ -411,6 +411,24 @@ impl ProducerContext for Failures {
 /// (which `sluice produce` cannot send). No retries: a retry could reorder a partition;
 /// a failed delivery fails the test instead. Blocking: call it from `spawn_blocking`.
 pub fn produce_keyed(topic: &str, messages: &[(String, i32, Option<String>)]) {
+    produce_bytes(
+        topic,
+        messages.iter().map(|(key, partition, value)| {
+            (
+                Some(key.as_bytes()),
+                *partition,
+                value.as_deref().map(str::as_bytes),
+            )
+        }),
+    );
+}
+
+/// Produces (key, partition, value) messages as bytes, in order, a `None` key unkeyed and
+/// a `None` value as a tombstone; as [`produce_keyed`], no retries, every one delivered.
+pub fn produce_bytes<'a>(
+    topic: &str,
+    messages: impl IntoIterator<Item = (Option<&'a [u8]>, i32, Option<&'a [u8]>)>,
+) {
     let failures = Arc::new(AtomicU64::new(0));
     let producer: BaseProducer<Failures> = ClientConfig::new()
         .set("bootstrap.servers", brokers())
@@ -421,7 +439,10 @@ pub fn produce_keyed(topic: &str, messages: &[(String, i32, Option<String>)]) {
         .unwrap();
     for (key, partition, value) in messages {
         loop {
-            let mut record = BaseRecord::to(topic).key(key).partition(*partition);
+            let mut record = BaseRecord::<[u8], [u8]>::to(topic).partition(partition);
+            if let Some(key) = key {
+                record = record.key(key);
+            }
             if let Some(value) = value {
                 record = record.payload(value);
             }
@@ -441,4 +462,49 @@ pub fn produce_keyed(topic: &str, messages: &[(String, i32, Option<String>)]) {
         0,
         "every message delivered"
     );
+}
+
+/// Starts a worker with `args`, lets it write `after` rows, then holds the table locked so
+/// its next batches are pulled but cannot be written and kills it (SIGKILL: no chance to
+/// commit or close) while they are in flight; ends the writes it left waiting unwritten.
+/// Returns the rows at the kill, asserted to lie between `after` and `records`.
+pub async fn kill_mid_drain(
+    config: &Path,
+    table: &str,
+    args: &[&str],
+    after: i64,
+    records: i64,
+    limit: Duration,
+) -> i64 {
+    let mut first = start_worker(config, args);
+    let count = format!("SELECT count(*) FROM {table}");
+    wait_for_table(table, limit).await;
+    wait_for_count(&count, after, limit).await;
+    let mut locker = pg().await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+    )))
+    .execute(&mut locker)
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    // The dead worker's inserts still wait for the lock server-side: end them unwritten.
+    let blocked = pg_count(&format!(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_locks \
+         WHERE relation = '{table}'::regclass AND NOT granted"
+    ))
+    .await;
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    assert!(blocked > 0, "writes were in flight at the kill");
+    let at_kill = pg_count(&count).await;
+    assert!(
+        (after..records).contains(&at_kill),
+        "the kill should land mid-drain: {at_kill} rows"
+    );
+    at_kill
 }

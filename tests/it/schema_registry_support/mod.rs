@@ -7,23 +7,15 @@
 //!
 //! The Python side needs the venv `scripts/services.sh` keeps (it prints
 //! `SLUICE_TEST_PYTHON`); without the variable `.venv/bin/python` of the checkout is used.
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code)]
 
 pub mod registry;
 
-pub use registry::{Auth, Reference, RegistryOptions, StoredSchema, TestRegistry};
+pub use registry::{Auth, Reference, RegistryOptions, TestRegistry};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
-use rdkafka::ClientConfig;
-use rdkafka::ClientContext;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::DeliveryResult;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use serde_json::Value;
 
 use crate::kafka_pg_support::{brokers, pg, write_config};
@@ -191,20 +183,6 @@ pub fn read_wire(path: &Path) -> Vec<Wire> {
         .collect()
 }
 
-/// Counts failed deliveries.
-struct Failures(Arc<AtomicU64>);
-
-impl ClientContext for Failures {}
-
-impl ProducerContext for Failures {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if result.is_err() {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
 /// A message as sent: (key, partition, value).
 pub type RawMessage = (Option<Vec<u8>>, i32, Vec<u8>);
 
@@ -212,36 +190,11 @@ pub type RawMessage = (Option<Vec<u8>>, i32, Vec<u8>);
 /// retries (a retry could reorder a partition); every one must be delivered. Blocking:
 /// call it from `spawn_blocking`.
 pub fn produce_raw(topic: &str, messages: &[RawMessage]) {
-    let failures = Arc::new(AtomicU64::new(0));
-    let producer: BaseProducer<Failures> = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .set("linger.ms", "20")
-        .set("message.send.max.retries", "0")
-        .create_with_context(Failures(failures.clone()))
-        .unwrap();
-    for (key, partition, value) in messages {
-        loop {
-            let mut record = BaseRecord::<[u8], [u8]>::to(topic)
-                .partition(*partition)
-                .payload(value.as_slice());
-            if let Some(key) = key {
-                record = record.key(key.as_slice());
-            }
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    producer.poll(Duration::from_millis(20));
-                }
-                Err((err, _)) => panic!("producing to {topic}: {err}"),
-            }
-        }
-        producer.poll(Duration::ZERO);
-    }
-    producer.flush(Duration::from_secs(60)).unwrap();
-    assert_eq!(
-        failures.load(Ordering::Relaxed),
-        0,
-        "every message delivered"
+    crate::kafka_pg_support::produce_bytes(
+        topic,
+        messages
+            .iter()
+            .map(|(key, partition, value)| (key.as_deref(), *partition, Some(value.as_slice()))),
     );
 }
 
