@@ -127,14 +127,18 @@ impl AvroSchema {
                 let Schema::Map(map) = schema else {
                     return Err("Avro: a map value without a map schema".into());
                 };
+                // Keys in order: the same record is the same text every time (a redelivery
+                // must read as the duplicate it is).
+                let mut keys: Vec<&String> = entries.keys().collect();
+                keys.sort_unstable();
                 out.push(b'{');
-                for (i, (key, v)) in entries.iter().enumerate() {
+                for (i, key) in keys.into_iter().enumerate() {
                     if i > 0 {
                         out.push(b',');
                     }
                     write_string(out, key);
                     out.push(b':');
-                    self.write(v, &map.types, out)?;
+                    self.write(&entries[key], &map.types, out)?;
                 }
                 out.push(b'}');
             }

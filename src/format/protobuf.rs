@@ -109,11 +109,13 @@ impl ProtoSchema {
         let name = descriptor.full_name().to_string();
         let message = DynamicMessage::decode(descriptor, body)
             .map_err(|e| format!("does not decode as Protobuf {name}: {e}"))?;
-        let mut out = serde_json::Serializer::new(Vec::with_capacity(body.len() * 2));
-        message
-            .serialize_with_options(&mut out, &OPTIONS)
+        // Through a JSON tree, whose objects keep their keys in order: a map field's
+        // entries come out of the message in no fixed order, and the same record must be
+        // the same text every time (a redelivery must read as the duplicate it is).
+        let json = message
+            .serialize_with_options(serde_json::value::Serializer, &OPTIONS)
             .map_err(|e| format!("Protobuf {name} has no JSON form: {e}"))?;
-        String::from_utf8(out.into_inner()).map_err(|e| e.to_string())
+        Ok(json.to_string())
     }
 }
 
