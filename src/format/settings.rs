@@ -241,6 +241,7 @@ impl RegistrySettings {
             );
         }
         p.positive_duration("source.schema_registry.timeout", self.timeout);
+        p.at_most_a_year("source.schema_registry.timeout", self.timeout);
         if let Err(e) = self.tls.validate(&REGISTRY_TLS_KEYS) {
             p.push(e);
         }

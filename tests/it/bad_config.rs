@@ -485,6 +485,11 @@ fn wire_formats_that_cannot_be_read() {
             "source.schema_registry.requests_per_second",
             "at least 1",
         ),
+        (
+            "[source.value]\nformat = \"avro\"\n[source.schema_registry]\nurl = \"http://r:8081\"\ntimeout = \"2000y\"\n",
+            "source.schema_registry.timeout",
+            "365 days",
+        ),
     ] {
         std::fs::write(
             dir.path().join("sluice.toml"),

@@ -196,15 +196,6 @@ async fn wait_until_leases_are_given_back(ports: &[u16]) {
     }
 }
 
-fn terminate(child: &tokio::process::Child) {
-    let pid = child.id().expect("still running");
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// Drain 500, stay idle past `idle_grace`, produce 1,000 more: written within ttl + 2 s,
 /// every key once, the worker still stops cleanly.
 async fn idle_then_more(kind: Kind, leases: Leases) {

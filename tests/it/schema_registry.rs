@@ -772,15 +772,6 @@ async fn a_registry_over_https_with_a_private_ca() {
     clean_up(&table, &topic).await;
 }
 
-fn terminate(child: &tokio::process::Child) {
-    let pid = child.id().expect("still running");
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 /// `GET /readyz` on the telemetry port: its status, 0 when nothing answers.
 fn readyz(port: u16) -> u16 {
     use std::io::{Read, Write};

@@ -134,6 +134,16 @@ pub async fn load_topic(config: &Path, dir: &Path, n: usize, negative: &[usize])
     assert_eq!(produce(config, &input).await, n as u64);
 }
 
+/// SIGTERM to a running worker: it finishes what is in flight and exits.
+pub fn terminate(child: &Child) {
+    let pid = child.id().expect("still running");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
 /// Starts `sluice run --summary json` with `args`.
 pub fn start_worker(config: &Path, args: &[&str]) -> Child {
     sluice()
