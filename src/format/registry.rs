@@ -12,7 +12,6 @@ use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 
 use super::settings::{REGISTRY_TLS_KEYS, RegistrySettings};
-use crate::sink::http::error_chain;
 
 /// What a registry answer means for the records waiting on it.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -248,14 +247,11 @@ impl SchemaRegistry {
                     Some(why) => RegistryError::Refused(format!(
                         "source.schema_registry.tls: {shown}: the certificate was refused: {why}"
                     )),
-                    None => RegistryError::Outage(format!("{shown}: {}", error_chain(e))),
+                    None => RegistryError::Outage(format!("{shown}: {}", chain(&e))),
                 })?;
         let status = response.status();
         let text = response.text().await.map_err(|e| {
-            RegistryError::Outage(format!(
-                "{shown}: {status}, body cut short: {}",
-                error_chain(e)
-            ))
+            RegistryError::Outage(format!("{shown}: {status}, body cut short: {}", chain(&e)))
         })?;
         let excerpt: String = text.chars().take(200).collect();
         match status {
@@ -276,4 +272,17 @@ impl SchemaRegistry {
             s => Err(RegistryError::Outage(format!("{shown}: {s} {excerpt}"))),
         }
     }
+}
+
+/// An error with its causes, which reqwest keeps apart ("error sending request" alone says
+/// nothing).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    out
 }
