@@ -135,7 +135,7 @@ pub(super) async fn ctl(args: CtlArgs) -> u8 {
         };
     }
     match &args.action {
-        CtlAction::Status { json: true } => println!("{}", body.trim()),
+        CtlAction::Status { json: true } => out!("{}", body.trim()),
         CtlAction::Status { json: false } => match serde_json::from_str::<Status>(&body) {
             Ok(status) => print_status(&status),
             Err(e) => {
@@ -153,14 +153,14 @@ pub(super) async fn ctl(args: CtlArgs) -> u8 {
 
 fn print_status(status: &crate::telemetry::control::Status) {
     let c = &status.controls;
-    println!(
+    out!(
         "writes: {}",
         match &status.held_by {
             None => "going".to_string(),
             Some(reason) => format!("held by {reason}"),
         }
     );
-    println!(
+    out!(
         "operator: {}, rate ceiling {}, batch {}",
         if c.paused { "paused" } else { "not paused" },
         c.rate
@@ -168,12 +168,14 @@ fn print_status(status: &crate::telemetry::control::Status) {
         c.batch
             .map_or("as configured".into(), |b| format!("{b} records"))
     );
-    println!(
+    out!(
         "rate now: {} rec/s in batches of {}; written: {}",
-        status.rate_limit, status.batch_records, status.written
+        status.rate_limit,
+        status.batch_records,
+        status.written
     );
     for p in &status.probes {
-        println!(
+        out!(
             "probe {}: {} (max {}{}{})  {}",
             p.name,
             p.value.map_or("-".into(), |v| v.to_string()),

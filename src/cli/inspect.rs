@@ -51,9 +51,9 @@ pub(super) async fn plan(args: ReportArgs) -> u8 {
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string(&plan).expect("plan serializes"));
+        out!("{}", serde_json::to_string(&plan).expect("plan serializes"));
     } else {
-        println!("{plan}");
+        out!("{plan}");
     }
     0
 }

@@ -326,11 +326,11 @@ async fn show(args: ReportArgs) -> u8 {
             "pool": l.pool, "capacity": capacity, "partitions": partitions,
             "generation": generation, "leases": leases, "members": members,
         });
-        println!("{doc}");
+        out!("{doc}");
         return 0;
     }
     let per = capacity / f64::from(partitions);
-    println!(
+    out!(
         "pool {}: {} rec/s in {} partitions of {per:.1} rec/s ({})",
         l.pool,
         capacity,
@@ -342,21 +342,24 @@ async fn show(args: ReportArgs) -> u8 {
             "sluice: {origin} differs from the stored definition: workers started with it refuse to start"
         );
     }
-    println!("{:>9}  {:<40} {:>12}", "partition", "holder", "expires in");
+    out!("{:>9}  {:<40} {:>12}", "partition", "holder", "expires in");
     for p in 0..partitions {
         match leases
             .iter()
             .find(|r| r.partition == p && r.expires_in_s > 0.0)
         {
-            Some(r) => println!("{p:>9}  {:<40} {:>11.1}s", r.holder, r.expires_in_s),
-            None => println!("{p:>9}  {:<40} {:>12}", "(free)", "-"),
+            Some(r) => out!("{p:>9}  {:<40} {:>11.1}s", r.holder, r.expires_in_s),
+            None => out!("{p:>9}  {:<40} {:>12}", "(free)", "-"),
         }
     }
-    println!("members:");
+    out!("members:");
     for m in &members {
-        println!(
+        out!(
             "  {:<40} holds {:>3}  wants more: {:<5}  seen {:.1}s ago",
-            m.member, m.held, m.wants_more, m.last_seen_s
+            m.member,
+            m.held,
+            m.wants_more,
+            m.last_seen_s
         );
     }
     0

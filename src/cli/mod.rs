@@ -17,6 +17,17 @@ macro_rules! say {
     };
 }
 
+/// A line of a command's output on stdout. A reader that went away (`| head`, a log
+/// shipper that died) is not the command's failure and leaves nothing to tell; any other
+/// error (a full disk under a redirect) is said on stderr. `println!` panicked on both.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        if let Err(e) = crate::cli::write_out(format_args!($($arg)*)) {
+            say!("sluice: cannot write to standard output: {e}");
+        }
+    };
+}
+
 mod config_file;
 mod ctl;
 mod inspect;
@@ -26,6 +37,16 @@ mod reference;
 mod run;
 
 const EXIT_RUNTIME: u8 = 1;
+
+/// Writes a line to stdout and flushes it; a closed pipe is no error (see `out!`).
+fn write_out(line: std::fmt::Arguments) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        done => done,
+    }
+}
 const EXIT_CONFIG: u8 = 2;
 
 #[derive(Debug, Parser)]

@@ -28,7 +28,7 @@ pub(super) async fn produce(args: ProduceArgs) -> u8 {
     };
     match crate::produce::produce(&config, &args.input, args.value_schema.as_deref()).await {
         Ok(tally) => {
-            println!("{}", tally.delivered);
+            out!("{}", tally.delivered);
             match tally.first_error {
                 Some(error) => {
                     say!(

@@ -157,10 +157,12 @@ pub(super) async fn run(args: RunArgs) -> u8 {
 fn report(args: &RunArgs, summary: Summary, code: u8) -> u8 {
     say!("sluice: {summary}");
     if let Some(SummaryFormat::Json) = args.summary {
-        println!(
-            "{}",
-            serde_json::to_string(&summary).expect("summary serializes")
-        );
+        let json = serde_json::to_string(&summary).expect("summary serializes");
+        if let Err(e) = super::write_out(format_args!("{json}")) {
+            // Asked for and not delivered: the run did not do all it was asked.
+            say!("sluice: cannot write the summary to standard output: {e}");
+            return code.max(super::EXIT_RUNTIME);
+        }
     }
     code
 }

@@ -286,3 +286,48 @@ fn plan_counts_the_backlog_exactly() {
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(plan["backlog"], 12_345);
 }
+
+/// A reader of the summary that went away (`sluice run --summary json | head -c0`, a log
+/// shipper that died) costs nothing: the drain is done and committed, the exit is 0, and
+/// nothing panics (`println!` did, exit 101, with a backtrace after a finished run). A
+/// full disk under a redirected stdout is said and fails the run: the summary asked for
+/// was not delivered.
+#[test]
+fn a_closed_or_full_stdout_is_no_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    write_records(&dir.path().join("in.ndjson"), 500, &[]);
+    write_config(dir.path(), "in.ndjson", 1_000_000.0, "");
+    let mut child = sluice()
+        .current_dir(dir.path())
+        .args(DRAIN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = finish(child, Duration::from_secs(60));
+    assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    assert_eq!(
+        sqlite_count(&dir.path().join("out.db"), "SELECT count(*) FROM records"),
+        500
+    );
+
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = sluice()
+        .current_dir(dir.path())
+        .args(DRAIN)
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot write the summary to standard output"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
