@@ -71,6 +71,13 @@ impl ProbeGate {
         self.limits = limits;
     }
 
+    /// Nothing read yet, as before the first run: held, for a value that is being measured
+    /// again (a canary's baseline).
+    pub fn forget(&mut self) {
+        self.last = None;
+        self.held = false;
+    }
+
     /// The last value read, if the last run gave one.
     pub fn value(&self) -> Option<f64> {
         match &self.last {

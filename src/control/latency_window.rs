@@ -38,6 +38,11 @@ impl LatencyWindow {
         self.samples.len()
     }
 
+    /// Forgets every sample: a new baseline is measured from nothing that came before.
+    pub fn clear(&mut self) {
+        self.samples.clear();
+    }
+
     pub fn is_empty(&self) -> bool {
         self.samples.is_empty()
     }

@@ -28,6 +28,14 @@
 //! A failed or missing reading changes nothing here: the probe's gate holds the writes
 //! meanwhile (`control::health`), and the rate resumes where it was.
 //!
+//! Over the target with the rate at `least` for `STUCK_MEMORIES` memories, the worker's
+//! writes are not what holds the value up: the baseline a relative target was taken from
+//! no longer describes the database without them (measured in a quiet spell, or the
+//! database's own load grew). [`ProbeTarget::stuck`] says so, and the caller measures the
+//! baseline again with the writes held; without that the load crawled at 10 rec/s for
+//! the rest of a run whose 2 s baseline had read 1.18 ms against a production p90 of ~2.4
+//! (the pgbench experiment, docs/bench/auto-rate.md).
+//!
 //! Oscillation bound (tested against a noisy plant whose readings are the percentile of a
 //! window, as a canary's): with readings ±10% around a value that grows with the rate, once
 //! settled the rate stays within −40%/+25% of the rate at which the value meets the
@@ -93,10 +101,16 @@ pub struct ProbeTarget {
     peak: Option<f64>,
     /// When the last reading came.
     last_reading: Option<Duration>,
+    /// Since when every reading was over the target with the rate at `least`.
+    over_at_least_since: Option<Duration>,
 }
 
 /// How long the written count is looked back over for the achieved rate.
 const ACHIEVED_OVER: Duration = Duration::from_secs(1);
+
+/// Memories over the target at the least rate before the steering is stuck: long enough
+/// that the last cuts have shown in the value (one memory each), short against a load.
+const STUCK_MEMORIES: u32 = 5;
 
 impl ProbeTarget {
     pub fn new(target: f64, params: TargetParams) -> Self {
@@ -108,6 +122,7 @@ impl ProbeTarget {
             last_cut: None,
             peak: None,
             last_reading: None,
+            over_at_least_since: None,
         }
     }
 
@@ -179,6 +194,23 @@ impl ProbeTarget {
             }
         }
         self.rate = self.rate.max(p.least);
+        self.over_at_least_since = if value > self.target && self.rate <= p.least {
+            self.over_at_least_since.or(Some(now))
+        } else {
+            None
+        };
+    }
+
+    /// Over the target at the least rate for `STUCK_MEMORIES` memories: the writes are not
+    /// what holds the value up.
+    pub fn stuck(&self, now: Duration) -> bool {
+        self.over_at_least_since
+            .is_some_and(|since| now.saturating_sub(since) >= self.stuck_after())
+    }
+
+    /// How long over the target at the least rate is stuck.
+    pub fn stuck_after(&self) -> Duration {
+        self.params.memory * STUCK_MEMORIES
     }
 }
 

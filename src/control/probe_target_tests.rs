@@ -255,3 +255,42 @@ fn a_baseline_measured_while_busy_raises_the_target_with_it() {
         "only past 2 × the busy baseline"
     );
 }
+
+/// A value over the target whatever the rate (a baseline read in a quiet spell): the rate
+/// falls to `least`, and five memories later the steering says it is stuck; a value
+/// under the target at any point starts the count again.
+#[test]
+fn over_the_target_at_the_least_rate_is_stuck_after_five_memories() {
+    let least = TargetParams::default().least;
+    let mut run = Run::new(1.0);
+    let mut at_least = None;
+    let mut stuck = None;
+    for i in 1..=200 {
+        run.read(2.0, 1.0);
+        if at_least.is_none() && run.steer.rate() <= least {
+            at_least = Some(run.now);
+        }
+        if stuck.is_none() && run.steer.stuck(s(run.now)) {
+            stuck = Some(run.now);
+        }
+        assert!(i < 200 || stuck.is_some(), "never stuck");
+    }
+    let (at_least, stuck) = (at_least.unwrap(), stuck.unwrap());
+    // Five memories of 2 s from the reading that reached the least rate.
+    assert!(
+        (10.0 - 1e-6..10.2 + 1e-6).contains(&(stuck - at_least)),
+        "least at {at_least} s, stuck at {stuck} s"
+    );
+    // One reading under the target: the count starts again.
+    run.read(0.9, 1.0);
+    assert!(!run.steer.stuck(s(run.now)));
+    run.read_n(50, 2.0, 1.0);
+    assert!(!run.steer.stuck(s(run.now)), "9.8 s over: not yet");
+    run.read_n(2, 2.0, 1.0);
+    assert!(run.steer.stuck(s(run.now)));
+    // Over the target but above the least rate is no sign of it: the cuts still work.
+    let mut cutting = Run::new(1.0);
+    cutting.read_n(20, 1.2, 1.0);
+    assert!(cutting.steer.rate() > least);
+    assert!(!cutting.steer.stuck(s(cutting.now)));
+}

@@ -124,7 +124,9 @@ impl Health {
 
     /// A probe's run ended with `reading`. A failure is logged when it starts or its
     /// reason changes, and the recovery once: not once per interval while it lasts.
-    pub fn record(&self, index: usize, reading: Reading) {
+    /// True when the canary's baseline is to be measured again (the steering is stuck
+    /// under its target): the writes are held until it is.
+    pub fn record(&self, index: usize, reading: Reading) -> bool {
         let probe = &self.probes[index];
         let mut failing = lock(&probe.failing);
         match &reading {
@@ -144,10 +146,25 @@ impl Health {
         }
         drop(failing);
         let now = self.now();
+        let mut stuck = None;
         if let (Reading::Value(v), Some(steer)) = (&reading, lock(&probe.steer).as_mut()) {
             steer.observe(now, *v, self.stats.written.load(Relaxed));
+            // Only a target relative to the baseline moves with a new one.
+            if self.steering && probe.config.target(None).is_none() && steer.stuck(now) {
+                stuck = Some(steer.stuck_after());
+            }
         }
-        lock(&probe.gate).observe(now, reading);
+        let mut gate = lock(&probe.gate);
+        gate.observe(now, reading);
+        if let Some(after) = stuck {
+            gate.forget();
+            tracing::warn!(
+                probe = %probe.name,
+                "over its target with the rate at its least for {after:?}: the writes are not \
+                 what holds it up; measuring the baseline again with the writes held"
+            );
+        }
+        stuck.is_some()
     }
 
     /// What to do now. A change of reason is logged once, with the probe and its value.

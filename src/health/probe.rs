@@ -2,7 +2,7 @@
 //! several), every `interval`; a run that errs or outlasts its timeout is reported as
 //! failed and its connection dropped, to be opened again at the next run. A canary's runs
 //! are latencies judged over a window; its first window, before any write, is its
-//! baseline.
+//! baseline, measured again with the writes held when the steering is stuck under it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +69,12 @@ impl CanaryRuns {
     /// Still measuring the baseline: nothing is reported but failures.
     pub fn measuring(&self) -> bool {
         self.measuring.is_some()
+    }
+
+    /// Measures the baseline again, from the next run on, from none of the runs before.
+    pub fn restart(&mut self) {
+        self.window.clear();
+        self.measuring = Some(None);
     }
 }
 
@@ -168,7 +174,11 @@ impl ProbeTask {
                     }
                     reading = Reading::Value(value);
                 }
-                health.record(index, reading);
+                if health.record(index, reading)
+                    && let Some(runs) = &mut canary
+                {
+                    runs.restart();
+                }
             }
         })
     }

@@ -141,7 +141,8 @@ pub struct ProbeSettings {
     #[serde(with = "humantime_serde", default)]
     pub interval: Option<Duration>,
     /// A canary: the span its latencies are judged over (default 2s); its baseline is
-    /// measured over one such span before the first write.
+    /// measured over one such span before the first write, and again with the writes held
+    /// when a relative target is exceeded for five spans at the least rate.
     #[schemars(with = "Option<HumanDuration>")]
     #[serde(with = "humantime_serde", default)]
     pub window: Option<Duration>,

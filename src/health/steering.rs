@@ -40,10 +40,15 @@ impl Probe {
     pub(super) fn describe(&self, why: &Why, limits: ProbeLimits) -> String {
         match why {
             Why::Unknown if self.config.is_canary() => format!(
-                "{} is measuring its baseline ({:?} of {}, before the first write)",
+                "{} is measuring its baseline ({:?} of {}, {})",
                 self.name,
                 self.config.window(),
-                self.config.query.as_deref().unwrap_or("SELECT 1")
+                self.config.query.as_deref().unwrap_or("SELECT 1"),
+                if lock(&self.baseline).is_some() {
+                    "again: over its target at the least rate, the writes did not hold it up"
+                } else {
+                    "before the first write"
+                }
             ),
             _ => super::describe(&self.name, self.unit, why, limits),
         }
@@ -57,21 +62,26 @@ impl Health {
         self
     }
 
-    /// The canary `index` measured `baseline` (seconds) before the first write: its
-    /// relative limits and target are resolved against it.
+    /// The canary `index` measured `baseline` (seconds) with nothing written (before the
+    /// first write, or with the writes held): its relative limits and target are resolved
+    /// against it. Measured again, the steering starts over from it.
     pub fn set_baseline(&self, index: usize, baseline: f64) {
         let probe = &self.probes[index];
         let now = self.now();
-        *lock(&probe.baseline) = Some((now, baseline));
+        let before = lock(&probe.baseline).replace((now, baseline));
         lock(&probe.gate).set_limits(limits_of(&probe.config, Some(baseline)));
         let target = probe.config.target(Some(baseline));
         let mut steer = lock(&probe.steer);
-        if steer.as_ref().map(ProbeTarget::target) != target {
+        if before.is_some() || steer.as_ref().map(ProbeTarget::target) != target {
             *steer = target.map(|t| steer_under(&probe.config, t));
         }
+        let when = match before {
+            None => "before the first write".to_string(),
+            Some((_, was)) => format!("with the writes held (it was {:.2} ms)", was * 1000.0),
+        };
         tracing::info!(
             probe = %probe.name,
-            "baseline p{:.0} = {:.2} ms over {:?} before the first write{}",
+            "baseline p{:.0} = {:.2} ms over {:?} {when}{}",
             probe.config.quantile() * 100.0,
             baseline * 1000.0,
             probe.config.window(),

@@ -140,7 +140,7 @@ fn describe() {
     );
     describe_gauge!(
         "sluice_health_probe_baseline_seconds",
-        "A canary's baseline latency, measured before the first write."
+        "A canary's baseline latency, measured with nothing written: before the first write, and again with the writes held when its steering is stuck at the least rate."
     );
     describe_gauge!(
         "sluice_health_probe_baseline_age_seconds",

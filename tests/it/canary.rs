@@ -120,3 +120,48 @@ fn a_canary_changes_nothing_whatever_its_query_says() {
         0
     );
 }
+
+/// The database gets slower on its own (here: the canary's query sleeps 20 ms instead of
+/// 1 ms once the table holds a record, as a baseline read in a quiet spell looks): the
+/// steering cuts to its least rate and stays over the target there, so the canary
+/// measures its baseline again with the writes held, and the load goes on steered under
+/// the new one. Before, it crawled at 10 rec/s to the end (here: over half an hour).
+#[test]
+fn a_baseline_the_database_no_longer_meets_is_measured_again() {
+    const RECORDS: usize = 20_000;
+    let db = Db::create("canary_again");
+    db.records_table();
+    let dir = tempfile::tempdir().unwrap();
+    config(
+        dir.path(),
+        &db,
+        "\"auto\"",
+        RECORDS,
+        "query = \"SELECT pg_sleep(CASE WHEN EXISTS (SELECT 1 FROM records) THEN 0.02 ELSE 0.001 END)\"\n\
+         target = \"2x\"\nwindow = \"400ms\"\ninterval = \"50ms\"",
+    );
+    let child = sluice()
+        .current_dir(dir.path())
+        .args(DRAIN)
+        .env("SLUICE_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = finish(child, std::time::Duration::from_secs(120));
+    let log = stderr(&out);
+    assert!(out.status.success(), "{log}");
+    assert_eq!(summary(&out)["written"], RECORDS, "{log}");
+    assert_eq!(db.count("SELECT count(*) FROM records"), RECORDS as i64);
+    let again = log
+        .find("measuring the baseline again with the writes held")
+        .unwrap_or_else(|| panic!("no second baseline: {log}"));
+    let second = &log[again..];
+    let at = second
+        .find("with the writes held (it was")
+        .unwrap_or_else(|| panic!("{log}"));
+    // "baseline p90 = 20.xx ms over 400ms with the writes held (it was 1.xx ms)"
+    let line = second[..at].rsplit("baseline p90 = ").next().unwrap();
+    let ms: f64 = line.split(' ').next().unwrap().parse().unwrap();
+    assert!((20.0..40.0).contains(&ms), "second baseline {ms} ms: {log}");
+}
