@@ -220,11 +220,11 @@ def write_rows(path, rows):
             tsv.write(f"r{i}\t{record}\n")
 
 
-def sluice_config(cluster, rows_file, table, rate, probe, listen, args):
+def sluice_config(cluster, rows_file, table, rate, probe, listen, args, rate_extra=()):
     text = (
         f'[source]\nkind = "file"\npath = "{rows_file}"\ncheckpoint = "{OUT}/{table}.checkpoint"\n\n'
         f'[sink]\nkind = "postgres"\nurl = "{cluster.url()}"\ntable = "{table}"\nkey = "/id"\nmax_batch = 500\n\n'
-        f"[rate]\nrecords_per_second = {rate}\n\n"
+        f"[rate]\nrecords_per_second = {rate}\n" + "".join(f"{x}\n" for x in rate_extra) + "\n"
         f'[telemetry]\nlisten = "127.0.0.1:{listen}"\n'
     )
     if probe:
@@ -244,7 +244,7 @@ def metrics(port, *names):
     return tuple(found.get(n, float("nan")) for n in names)
 
 
-def run_load(cluster, sluice, rows_file, name, args, rate=None, probe=None):
+def run_load(cluster, sluice, rows_file, name, args, rate=None, probe=None, rate_extra=()):
     """One load; returns (start, end, series of (epoch, rows), summary)."""
     table = f"load_{name}"
     cluster.sql(f"DROP TABLE IF EXISTS {table}")
@@ -265,7 +265,7 @@ def run_load(cluster, sluice, rows_file, name, args, rate=None, probe=None):
         checkpoint.unlink(missing_ok=True)
         port = free_port()
         config = OUT / f"{name}.toml"
-        config.write_text(sluice_config(cluster, rows_file, table, rate, probe, port, args))
+        config.write_text(sluice_config(cluster, rows_file, table, rate, probe, port, args, rate_extra))
         log = open(OUT / f"{name}.log", "w")
         proc = subprocess.Popen(clients(args, 10) + [sluice, "run", "-c", str(config), "--until-empty", "--summary", "json"],
                                 stdout=subprocess.PIPE, stderr=log, text=True,
@@ -378,6 +378,9 @@ def main():
     ap.add_argument("--canary", action="append", default=[],
                     help="a setting of the canary probe in (d) and (e), as TOML (repeatable): "
                          "'interval = \"50ms\"', 'percentile = 99'")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="with --fixed and f in --only: (f) is (c) with these [rate] settings "
+                         "added (TOML, repeatable): 'tick = \"20ms\"'")
     ap.add_argument("--only", default="abcde", help="the strategies to run (c: the sweep and its best)")
     ap.add_argument("--sluice", default=None, help="the binary (default: cargo build, debug)")
     ap.add_argument("--release", action="store_true", help="build and run sluice in release mode")
@@ -458,6 +461,9 @@ def main():
         results["b"] = go("b", "(b) sluice rate = \"off\"", rate='"off"')
     if "c" in args.only and args.fixed:
         results["c"] = go("c", f"(c) sluice rate = {args.fixed} (a previous run's best)", rate=str(args.fixed))
+    if "f" in args.only and args.fixed:
+        results["f"] = go("f", f"(f) sluice rate = {args.fixed}, {', '.join(args.variant)}",
+                          rate=str(args.fixed), rate_extra=args.variant)
     elif "c" in args.only:
         def point(rate):
             r = go(f"c{rate}", f"(c) sluice rate = {rate} (sweep)", rows_file=sweep_file(rate), rate=str(rate))
