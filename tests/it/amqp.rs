@@ -209,3 +209,43 @@ fn produce_loads_a_key_too_long_for_a_message_id() {
         1
     );
 }
+
+/// The broker stops answering just as a one-shot run ends (every row written): its
+/// connection stays open and passes nothing, as behind a frozen host. The run ends all
+/// the same, its goodbye (cancel, hand back, count) given up after 10 s without an
+/// answer — before, it waited on the broker until heartbeats noticed, or for good; and a
+/// reconnect meanwhile (the backlog asked of a frozen broker) waits out the freeze.
+#[test]
+fn a_broker_that_stops_answering_does_not_hold_a_one_shot_run() {
+    const N: usize = 3_000;
+    let dir = tempfile::tempdir().unwrap();
+    let queue = unique("sluice_frozen");
+    amqp_publish(&queue, N);
+    let relay = CuttableRelay::start("127.0.0.1:5672");
+    config(dir.path(), &queue, 20_000.0);
+    let text = std::fs::read_to_string(dir.path().join("sluice.toml")).unwrap();
+    let through = format!("amqp://guest:guest@127.0.0.1:{}/%2f", relay.port);
+    std::fs::write(
+        dir.path().join("sluice.toml"),
+        text.replace(&format!("{:?}", amqp_url()), &format!("{through:?}")),
+    )
+    .unwrap();
+    let worker = worker(dir.path(), true);
+    // The table may not be there yet: no rows then.
+    poll(Duration::from_secs(60), "every row written", || {
+        std::panic::catch_unwind(|| rows(dir.path())).unwrap_or(0) == N as i64
+    });
+    relay.freeze();
+    let frozen = Instant::now();
+    std::thread::sleep(Duration::from_secs(15));
+    relay.thaw();
+    let out = finish(worker, Duration::from_secs(45));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        frozen.elapsed() < Duration::from_secs(55),
+        "{:?}",
+        frozen.elapsed()
+    );
+    assert_eq!(distinct(dir.path()), N as i64);
+    assert_eq!(rows(dir.path()), N as i64);
+}

@@ -26,6 +26,25 @@ use crate::source::{Backlog, Pulled, Source, SourceError};
 const FIRST_DELIVERY_WAIT: Duration = Duration::from_millis(50);
 /// How often an idle pull asks the broker whether the queue is empty.
 const EMPTY_CHECK_EVERY: Duration = Duration::from_millis(500);
+/// The longest the worker waits for the broker to answer (a connection's handshake, a
+/// request, the goodbye at the end): a broker that stops answering — a frozen host, a
+/// network that drops packets — is a lost connection then, not a worker stuck until
+/// heartbeats notice, or a one-shot run that never ends.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+/// `request`, failed as a lost connection would fail it if no answer came in time.
+async fn answered<T>(
+    request: impl std::future::Future<Output = Result<T, lapin::Error>>,
+) -> Result<T, lapin::Error> {
+    tokio::time::timeout(ANSWER_WITHIN, request)
+        .await
+        .unwrap_or_else(|_| {
+            Err(lapin::Error::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer from the broker within {ANSWER_WITHIN:?}"),
+            )))
+        })
+}
 
 pub struct AmqpSource {
     url: String,
@@ -111,6 +130,10 @@ impl AmqpSource {
     }
 
     async fn connect(&mut self) -> Result<(), AmqpError> {
+        answered(self.handshake()).await.map_err(AmqpError)
+    }
+
+    async fn handshake(&mut self) -> Result<(), lapin::Error> {
         // Named after the queue, so an operator (and `rabbitmqctl list_connections`) can
         // tell which worker a connection belongs to.
         let properties = ConnectionProperties::default()
@@ -253,7 +276,7 @@ impl AmqpSource {
         let Some(live) = &self.live else {
             return Ok(u32::MAX);
         };
-        Ok(passive_declare(&live.channel, &self.queue)
+        Ok(answered(passive_declare(&live.channel, &self.queue))
             .await?
             .message_count())
     }
@@ -357,10 +380,11 @@ impl Source for AmqpSource {
         let (Some(committed), Some(live)) = (upto, &self.live) else {
             return Ok(());
         };
-        let result = live
-            .channel
-            .basic_ack(committed - 1, BasicAckOptions { multiple: true })
-            .await;
+        let result = answered(
+            live.channel
+                .basic_ack(committed - 1, BasicAckOptions { multiple: true }),
+        )
+        .await;
         if let Err(e) = result {
             self.lost(e);
         }
@@ -389,10 +413,11 @@ impl Source for AmqpSource {
         }
         self.prefetch = prefetch;
         if let Some(live) = &self.live
-            && let Err(e) = live
-                .channel
-                .basic_qos(prefetch, BasicQosOptions { global: true })
-                .await
+            && let Err(e) = answered(
+                live.channel
+                    .basic_qos(prefetch, BasicQosOptions { global: true }),
+            )
+            .await
         {
             self.lost(e);
         }
@@ -404,33 +429,48 @@ impl Source for AmqpSource {
             return Ok(());
         };
         // Hand back what was delivered but not settled, then leave politely.
-        let tag = live.consumer.tag();
-        let _ = live
-            .channel
-            .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
-            .await;
-        let _ = live
-            .channel
-            .basic_nack(
-                0,
-                BasicNackOptions {
-                    multiple: true,
-                    requeue: true,
-                },
-            )
-            .await;
-        // Counted on a fresh channel once this one is closed: the broker has requeued all
-        // it held then, whereas a count on it right after the nack missed the messages
-        // being handed back (50 of 300 with 250 prefetched and unsettled).
-        let _ = live.channel.close(200, "sluice done".into()).await;
-        self.left_at_close = match live.connection.create_channel().await {
-            Ok(channel) => passive_declare(&channel, &self.queue)
-                .await
-                .ok()
-                .map(|q| u64::from(q.message_count())),
-            Err(_) => None,
+        let queue = self.queue.clone();
+        let goodbye = async {
+            let tag = live.consumer.tag();
+            let _ = live
+                .channel
+                .basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
+                .await;
+            let _ = live
+                .channel
+                .basic_nack(
+                    0,
+                    BasicNackOptions {
+                        multiple: true,
+                        requeue: true,
+                    },
+                )
+                .await;
+            // Counted on a fresh channel once this one is closed: the broker has requeued
+            // all it held then, whereas a count on it right after the nack missed the
+            // messages being handed back (50 of 300 with 250 prefetched and unsettled).
+            let _ = live.channel.close(200, "sluice done".into()).await;
+            let left = match live.connection.create_channel().await {
+                Ok(channel) => passive_declare(&channel, &queue)
+                    .await
+                    .ok()
+                    .map(|q| u64::from(q.message_count())),
+                Err(_) => None,
+            };
+            let _ = live.connection.close(200, "sluice done".into()).await;
+            left
         };
-        let _ = live.connection.close(200, "sluice done".into()).await;
+        self.left_at_close = match tokio::time::timeout(ANSWER_WITHIN, goodbye).await {
+            Ok(left) => left,
+            Err(_) => {
+                // Dropping the connection hands back the unsettled messages all the same.
+                tracing::warn!(
+                    "amqp: no answer from the broker within {ANSWER_WITHIN:?} while leaving; \
+                     what this worker held unsettled goes back to the queue with its connection"
+                );
+                None
+            }
+        };
         Ok(())
     }
 

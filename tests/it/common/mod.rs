@@ -202,10 +202,13 @@ pub fn pg_url() -> String {
 }
 
 /// A TCP relay to a real server that a test can cut (existing connections dropped, new
-/// ones refused) and restore — an outage of that server for this test alone.
+/// ones refused) and restore — an outage of that server for this test alone — or freeze:
+/// every connection, live or made meanwhile, stays open and passes nothing for good (a
+/// host that stopped answering; TCP notices nothing), until thawed for new ones.
 pub struct CuttableRelay {
     pub port: u16,
     up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
     _rt: tokio::runtime::Runtime,
 }
 
@@ -218,12 +221,19 @@ impl CuttableRelay {
             .build()
             .unwrap();
         let up = std::sync::Arc::new(AtomicBool::new(true));
+        let frozen = std::sync::Arc::new(AtomicBool::new(false));
         let listener = rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
         let port = listener.local_addr().unwrap().port();
         let target = target.to_string();
         let up_accept = up.clone();
+        let frozen_accept = frozen.clone();
+        let until = |flag: std::sync::Arc<AtomicBool>, is: bool| async move {
+            while flag.load(Ordering::SeqCst) != is {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
         rt.spawn(async move {
             loop {
                 let Ok((mut inbound, _)) = listener.accept().await else {
@@ -234,21 +244,30 @@ impl CuttableRelay {
                 }
                 let target = target.clone();
                 let up_conn = up_accept.clone();
+                let frozen_conn = frozen_accept.clone();
                 tokio::spawn(async move {
+                    if frozen_conn.load(Ordering::SeqCst) {
+                        return until(up_conn, false).await; // held open until cut
+                    }
                     let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
                         return;
                     };
                     let relay = tokio::io::copy_bidirectional(&mut inbound, &mut outbound);
-                    let cut = async {
-                        while up_conn.load(Ordering::SeqCst) {
-                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        }
-                    };
-                    tokio::select! { _ = relay => {}, _ = cut => {} }
+                    tokio::select! {
+                        _ = relay => {}
+                        _ = until(up_conn.clone(), false) => {}
+                        // Both ends stay open, passing nothing, until cut.
+                        _ = until(frozen_conn, true) => until(up_conn, false).await,
+                    }
                 });
             }
         });
-        CuttableRelay { port, up, _rt: rt }
+        CuttableRelay {
+            port,
+            up,
+            frozen,
+            _rt: rt,
+        }
     }
 
     /// Drops every live connection and refuses new ones.
@@ -258,6 +277,17 @@ impl CuttableRelay {
 
     pub fn restore(&self) {
         self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Every connection, live or new, passes nothing from now on and stays open.
+    pub fn freeze(&self) {
+        self.frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// New connections pass again; the frozen ones stay as they are.
+    pub fn thaw(&self) {
+        self.frozen
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
