@@ -297,13 +297,7 @@ fn a_closed_or_full_stdout_is_no_panic() {
     let dir = tempfile::tempdir().unwrap();
     write_records(&dir.path().join("in.ndjson"), 500, &[]);
     write_config(dir.path(), "in.ndjson", 1_000_000.0, "");
-    let mut child = sluice()
-        .current_dir(dir.path())
-        .args(DRAIN)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = worker(dir.path(), true);
     drop(child.stdout.take());
     let out = finish(child, Duration::from_secs(60));
     assert!(out.status.success(), "{:?}: {}", out.status, stderr(&out));
