@@ -10,11 +10,17 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::config::{Config, ConfigOrigin, Overrides};
 use crate::settings::ConfigError;
 
-/// A line for the person at the terminal, with credentials redacted.
+/// A line for the person at the terminal, with credentials redacted. A stderr nobody
+/// reads any more loses it and nothing else (`eprintln!` panicked).
 macro_rules! say {
-    ($($arg:tt)*) => {
-        eprintln!("{}", crate::redact::redact(&format!($($arg)*)))
-    };
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "{}",
+            crate::redact::redact(&format!($($arg)*))
+        );
+    }};
 }
 
 /// A line of a command's output on stdout. A reader that went away (`| head`, a log

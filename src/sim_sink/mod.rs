@@ -19,6 +19,7 @@ pub mod overload;
 mod server;
 pub mod tls;
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -397,7 +398,9 @@ pub async fn run(args: SimSinkArgs) -> u8 {
     shutdown.cancelled().await;
     let stats = sink.stats();
     let _ = sink.stop().await;
-    println!(
+    // Whoever started it may be gone by now: nothing to tell then, and no panic.
+    let _ = writeln!(
+        std::io::stdout(),
         "{}",
         serde_json::to_string(&stats).expect("stats serialize")
     );

@@ -291,7 +291,7 @@ fn plan_counts_the_backlog_exactly() {
 /// shipper that died) costs nothing: the drain is done and committed, the exit is 0, and
 /// nothing panics (`println!` did, exit 101, with a backtrace after a finished run). A
 /// full disk under a redirected stdout is said and fails the run: the summary asked for
-/// was not delivered.
+/// was not delivered. A stderr nobody reads loses its lines, and nothing else.
 #[test]
 fn a_closed_or_full_stdout_is_no_panic() {
     let dir = tempfile::tempdir().unwrap();
@@ -324,4 +324,15 @@ fn a_closed_or_full_stdout_is_no_panic() {
         stderr(&out)
     );
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+
+    // And a stderr nobody reads: the summary line said there is lost, the run is not.
+    let mut child = worker(dir.path(), true);
+    drop(child.stderr.take());
+    let out = finish(child, Duration::from_secs(60));
+    assert!(out.status.success(), "{:?}", out.status);
+    assert_eq!(
+        summary(&out)["written"],
+        0,
+        "all 500 written by the first run"
+    );
 }
