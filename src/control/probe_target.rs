@@ -33,8 +33,9 @@
 //! no longer describes the database without them (measured in a quiet spell, or the
 //! database's own load grew). [`ProbeTarget::stuck`] says so, and the caller measures the
 //! baseline again with the writes held; without that the load crawled at 10 rec/s for
-//! the rest of a run whose 2 s baseline had read 1.18 ms against a production p90 of ~2.4
-//! (the pgbench experiment, docs/bench/auto-rate.md).
+//! the rest of a run whose 2 s baseline (ten runs) had read a p90 of 1.18 ms while the
+//! same query's p50 in production was 1.42 ms (the pgbench experiment,
+//! docs/bench/auto-rate.md).
 //!
 //! Oscillation bound (tested against a noisy plant whose readings are the percentile of a
 //! window, as a canary's): with readings ±10% around a value that grows with the rate, once
