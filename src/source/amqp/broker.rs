@@ -1,6 +1,8 @@
 //! Reaching the broker: a connection (with `[source.tls]` for `amqps://`), and a queue's
 //! depth read without touching its messages.
 
+use std::time::Duration;
+
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
@@ -8,6 +10,26 @@ use lapin::{Channel, Connection, ConnectionProperties};
 use super::consumer::AmqpError;
 use super::settings::AmqpSettings;
 use crate::source::SourceError;
+
+/// The longest sluice waits for the broker to answer (a connection's handshake, a
+/// request, the goodbye at the end): a broker that stops answering — a frozen host, a
+/// network that drops packets — is a lost connection then, not a worker stuck until
+/// heartbeats notice, or a one-shot run that never ends.
+pub(super) const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+/// `request`, failed as a lost connection would fail it if no answer came in time.
+pub(super) async fn answered<T>(
+    request: impl std::future::Future<Output = Result<T, lapin::Error>>,
+) -> Result<T, lapin::Error> {
+    tokio::time::timeout(ANSWER_WITHIN, request)
+        .await
+        .unwrap_or_else(|_| {
+            Err(lapin::Error::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer from the broker within {ANSWER_WITHIN:?}"),
+            )))
+        })
+}
 
 /// Connects to the broker; an `amqps://` URL with `[source.tls]`'s CA (added to the
 /// system's roots) and client certificate, when set.
@@ -76,18 +98,18 @@ pub async fn inspect(settings: &AmqpSettings) -> Result<QueueDepth, SourceError>
     let url = settings.url.clone().unwrap_or_default();
     let queue = settings.queue.clone().unwrap_or_default();
     let tls = settings.tls.as_ref();
-    let connection = connect(&url, tls, ConnectionProperties::default())
+    let connection = answered(connect(&url, tls, ConnectionProperties::default()))
         .await
         .map_err(AmqpError)?;
-    let depth = async {
+    let depth = answered(async {
         let channel = connection.create_channel().await?;
         let q = passive_declare(&channel, &queue).await?;
         Ok::<_, lapin::Error>(QueueDepth {
             ready: q.message_count(),
             consumers: q.consumer_count(),
         })
-    }
+    })
     .await;
-    let _ = connection.close(200, "sluice plan done".into()).await;
+    let _ = answered(connection.close(200, "sluice plan done".into())).await;
     depth.map_err(|e| SourceError::Other(format!("amqp: queue {queue:?}: {e}")))
 }

@@ -14,7 +14,7 @@ use lapin::{Channel, Connection, ConnectionProperties, Consumer};
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use super::broker::{connect, passive_declare};
+use super::broker::{ANSWER_WITHIN, answered, connect, passive_declare};
 use super::headers::header_list;
 use super::settings;
 use crate::control::backoff::Backoff;
@@ -26,26 +26,6 @@ use crate::source::{Backlog, Pulled, Source, SourceError};
 const FIRST_DELIVERY_WAIT: Duration = Duration::from_millis(50);
 /// How often an idle pull asks the broker whether the queue is empty.
 const EMPTY_CHECK_EVERY: Duration = Duration::from_millis(500);
-/// The longest the worker waits for the broker to answer (a connection's handshake, a
-/// request, the goodbye at the end): a broker that stops answering — a frozen host, a
-/// network that drops packets — is a lost connection then, not a worker stuck until
-/// heartbeats notice, or a one-shot run that never ends.
-const ANSWER_WITHIN: Duration = Duration::from_secs(10);
-
-/// `request`, failed as a lost connection would fail it if no answer came in time.
-async fn answered<T>(
-    request: impl std::future::Future<Output = Result<T, lapin::Error>>,
-) -> Result<T, lapin::Error> {
-    tokio::time::timeout(ANSWER_WITHIN, request)
-        .await
-        .unwrap_or_else(|_| {
-            Err(lapin::Error::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer from the broker within {ANSWER_WITHIN:?}"),
-            )))
-        })
-}
-
 pub struct AmqpSource {
     url: String,
     tls: Option<crate::tls::TlsSettings>,
