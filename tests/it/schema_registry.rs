@@ -648,19 +648,10 @@ async fn sluice_produce_rehearses_an_avro_topic_and_a_503_is_waited_out() {
         "timeout = \"2s\"",
         "",
     );
-    let out = sluice()
-        .args(["produce", "--value-schema"])
-        .arg(&schema)
-        .arg("--config")
-        .arg(&config)
-        .arg(&input)
-        .output()
-        .await
-        .unwrap();
-    assert!(out.status.success(), "produce: {}", stderr(&out));
+    let with_schema = ["--value-schema".as_ref(), schema.as_os_str()];
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        RECORDS.to_string()
+        produce_with(&config, &input, &with_schema).await,
+        RECORDS as u64
     );
     assert_eq!(registry.versions(&format!("{topic}-value")).len(), 1);
 
@@ -691,10 +682,7 @@ async fn sluice_produce_rehearses_an_avro_topic_and_a_503_is_waited_out() {
     registry.fail_with(None);
     let out = finish(worker, LIMIT).await;
     assert_drained(&out, RECORDS as u64, 0);
-    let expected: Vec<serde_json::Value> = lines
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let expected = read_expected(&input);
     assert_rows_match(&expected, &payloads_by_id(&table).await, &["/amount"]);
     clean_up(&table, &topic).await;
 }
@@ -746,22 +734,14 @@ async fn a_registry_over_https_with_a_private_ca() {
         )
     };
     let config = config_with("ca.pem");
-    let out = sluice()
-        .args(["produce", "--value-schema"])
-        .arg(&schema)
-        .arg("--config")
-        .arg(&config)
-        .arg(&input)
-        .output()
-        .await
-        .unwrap();
-    assert!(out.status.success(), "produce: {}", stderr(&out));
+    let with_schema = ["--value-schema".as_ref(), schema.as_os_str()];
+    assert_eq!(
+        produce_with(&config, &input, &with_schema).await,
+        RECORDS as u64
+    );
     let out = finish(start_worker(&config, &["--until-empty"]), LIMIT).await;
     assert_drained(&out, RECORDS as u64, 0);
-    let expected: Vec<serde_json::Value> = lines
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let expected = read_expected(&input);
     assert_rows_match(&expected, &payloads_by_id(&table).await, &[]);
 
     let config = config_with("other-ca.pem");
@@ -922,29 +902,25 @@ async fn a_worker_killed_mid_drain_of_avro_records_resumes_without_loss_or_dupli
         LIMIT,
     )
     .await;
-    let count = format!("SELECT count(*) FROM {table}");
-    let out = finish(start_worker(&config, &["--until-empty"]), LIMIT).await;
-    assert!(out.status.success(), "restart failed: {}", stderr(&out));
-    let s = summary(&out);
-    assert_eq!(
-        s["written"].as_i64().unwrap() + at_kill,
+    let s = rerun_after_kill(
+        &config,
+        &topic,
+        PARTITIONS as i32,
+        at_kill,
         RECORDS as i64,
-        "the restart writes exactly what was missing: {s}"
-    );
+        LIMIT,
+    )
+    .await;
     assert_eq!(s["dead_lettered"].as_u64(), Some(0), "{s}");
-    assert_eq!(pg_count(&count).await, RECORDS as i64);
+    assert_eq!(
+        pg_count(&format!("SELECT count(*) FROM {table}")).await,
+        RECORDS as i64
+    );
     // Every id once (payloads_by_id refuses two rows of one id), each as encoded.
     assert_rows_match(
         &read_expected(&expected),
         &payloads_by_id(&table).await,
         AVRO_DECIMALS,
-    );
-    let committed = committed_offsets(&topic, &format!("{topic}-workers"), PARTITIONS as i32).await;
-    let high = high_watermarks(&topic, PARTITIONS as i32).await;
-    assert_eq!(high.iter().sum::<i64>(), RECORDS as i64, "{high:?}");
-    assert_eq!(
-        committed, high,
-        "committed offsets end at the high watermarks"
     );
     clean_up(&table, &topic).await;
 }

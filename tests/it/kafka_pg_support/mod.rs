@@ -114,8 +114,14 @@ pub fn write_records(path: &Path, n: usize, negative: &[usize]) {
 /// Loads `input` into the configured topic with `sluice produce`; returns how many the
 /// command reported delivered.
 pub async fn produce(config: &Path, input: &Path) -> u64 {
+    produce_with(config, input, &[]).await
+}
+
+/// [`produce`] with more of its flags (`--value-schema x.avsc`).
+pub async fn produce_with(config: &Path, input: &Path, flags: &[&std::ffi::OsStr]) -> u64 {
     let out = sluice()
         .arg("produce")
+        .args(flags)
         .arg("--config")
         .arg(config)
         .arg(input)
@@ -517,4 +523,37 @@ pub async fn kill_mid_drain(
         "the kill should land mid-drain: {at_kill} rows"
     );
     at_kill
+}
+
+/// The rerun after [`kill_mid_drain`] (which left `at_kill` rows): it succeeds, writes
+/// exactly the `records` the killed worker had not, and leaves the group's committed
+/// offsets at the topic's high watermarks. Returns its summary.
+pub async fn rerun_after_kill(
+    config: &Path,
+    topic: &str,
+    partitions: i32,
+    at_kill: i64,
+    records: i64,
+    limit: Duration,
+) -> serde_json::Value {
+    let out = finish(start_worker(config, &["--until-empty"]), limit).await;
+    assert!(
+        out.status.success(),
+        "restart failed: {}",
+        common::stderr(&out)
+    );
+    let s = common::summary(&out);
+    assert_eq!(
+        s["written"].as_i64().unwrap() + at_kill,
+        records,
+        "the restart writes exactly what was missing: {s}"
+    );
+    let committed = committed_offsets(topic, &format!("{topic}-workers"), partitions).await;
+    let high = high_watermarks(topic, partitions).await;
+    assert_eq!(high.iter().sum::<i64>(), records, "{high:?}");
+    assert_eq!(
+        committed, high,
+        "committed offsets end at the high watermarks"
+    );
+    s
 }
