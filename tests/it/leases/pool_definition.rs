@@ -236,10 +236,13 @@ fn a_worker_gives_back_leases_its_slow_sink_cannot_use_and_a_waiting_worker_gets
     let slowed = Instant::now();
     let b = worker_with(d, "fast.toml");
     let b_pid = b.id();
+    // A usage window (the 4 s ttl) and a round to give back, the new worker's start and
+    // its next round to take: 5–6.5 s here; a CI's busy machine took over 8 s once. A
+    // worker that never gave back would never let the other reach 4, whatever the bound.
     let doc = wait_for(
         d,
         "slow.toml",
-        Duration::from_secs(2 * 4),
+        Duration::from_secs(4 * 4),
         "the slow worker down to 2 leases, the waiting one up to 4",
         |doc| {
             let held = held_by_pid(doc);
