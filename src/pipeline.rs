@@ -153,9 +153,12 @@ impl Pipeline {
     }
 
     /// The target rate comes from leases (or a share of a capacity), not the
-    /// configuration: "bounded by" says so.
+    /// configuration: "bounded by" says so, and every second holds no more than the
+    /// rate, so that what the workers sharing the capacity send adds up to no more than
+    /// it in any second.
     pub fn leased(mut self) -> Self {
         self.target_by = "leases";
+        self.cadence.hold_each_second();
         self
     }
 

@@ -195,6 +195,7 @@ pub(super) fn lease_keeper(
         outage,
         pool.joining,
     )
+    .releasing_after(crate::control::last_second::SECOND + tick)
 }
 
 /// `sluice leases resize`: a new definition (and generation) for the pool.

@@ -12,6 +12,7 @@ use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
+use crate::control::last_second::LastSecond;
 use crate::settings::LONGEST;
 use crate::settings::bounds::{LEAST_RATE, MOST_RATE};
 
@@ -32,6 +33,8 @@ pub struct Cadence<C: Clock<Instant = Nanos> + Clone> {
     parts: u32,
     /// Most records handed out at once: a part of the quantum.
     part: u32,
+    /// Where every second must hold no more than the rate (workers sharing a pool).
+    last_second: Option<LastSecond>,
 }
 
 impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
@@ -50,7 +53,15 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
             quantum,
             parts: 1,
             part,
+            last_second: None,
         }
+    }
+
+    /// Holds every span of a second to the rate as well: what workers sharing a pool add
+    /// up to must fit the pool in every second, where the bucket alone lets a late tick
+    /// and the next put a tick's worth more into one.
+    pub fn hold_each_second(&mut self) {
+        self.last_second.get_or_insert_with(LastSecond::default);
     }
 
     /// The bucket holds one token more than a tick hands out: timer lateness then carries
@@ -103,7 +114,13 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
     }
 
     /// Takes up to `want` tokens that are available now; returns how many were taken.
-    pub fn take(&self, want: u32) -> u32 {
+    pub fn take(&mut self, want: u32) -> u32 {
+        let now = Duration::from(self.clock.now());
+        let cap = LastSecond::cap(self.rate, self.quantum);
+        let want = match &mut self.last_second {
+            Some(second) => want.min(second.room(now, cap).min(u64::from(u32::MAX)) as u32),
+            None => want,
+        };
         if want == 0 {
             return 0;
         }
@@ -114,13 +131,28 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
             return 0;
         };
         let extra = (want - 1).min(first.remaining_burst_capacity());
-        match NonZeroU32::new(extra) {
+        let taken = match NonZeroU32::new(extra) {
             None => 1,
             Some(n) => match bucket.check_n(n) {
                 Ok(Ok(_)) => 1 + extra,
                 _ => 1,
             },
+        };
+        if let Some(second) = &mut self.last_second {
+            second.record(now, taken);
         }
+        taken
+    }
+
+    /// While the last second holds all the rate allows: how long until it makes room.
+    pub fn second_full_for(&mut self) -> Option<Duration> {
+        let now = Duration::from(self.clock.now());
+        let cap = LastSecond::cap(self.rate, self.quantum);
+        let second = self.last_second.as_mut()?;
+        if second.room(now, cap) > 0 {
+            return None;
+        }
+        second.frees_in(now, cap)
     }
 
     /// Changes the rate. The new bucket starts empty at this instant: called right after a
@@ -163,7 +195,7 @@ mod tests {
     use governor::clock::FakeRelativeClock;
 
     fn drain_windows(
-        c: &Cadence<FakeRelativeClock>,
+        c: &mut Cadence<FakeRelativeClock>,
         clock: &FakeRelativeClock,
         windows: usize,
     ) -> Vec<u32> {
@@ -178,19 +210,19 @@ mod tests {
     #[test]
     fn exactly_one_quantum_per_tick_for_five_seconds() {
         let clock = FakeRelativeClock::default();
-        let c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
         assert_eq!(c.quantum(), 20);
         assert_eq!(c.take(u32::MAX), 0, "starts empty");
         clock.advance(Duration::from_millis(199));
         assert_eq!(c.take(u32::MAX), 19, "tokens accrue continuously");
-        let c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
-        assert_eq!(drain_windows(&c, &clock, 25), vec![20; 25]);
+        let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        assert_eq!(drain_windows(&mut c, &clock, 25), vec![20; 25]);
     }
 
     #[test]
     fn idle_time_never_becomes_a_burst() {
         let clock = FakeRelativeClock::default();
-        let c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
         clock.advance(Duration::from_secs(10));
         assert_eq!(c.take(c.quantum()), 20);
         assert_eq!(c.take(u32::MAX), 1, "one token of slack, no more");
@@ -201,7 +233,7 @@ mod tests {
     #[test]
     fn partial_takes_leave_the_rest() {
         let clock = FakeRelativeClock::default();
-        let c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
         clock.advance(Duration::from_millis(200));
         assert_eq!(c.take(5), 5);
         assert_eq!(c.take(100), 15);
@@ -212,16 +244,16 @@ mod tests {
     fn rate_change_applies_at_next_tick_without_burst() {
         let clock = FakeRelativeClock::default();
         let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
-        assert_eq!(drain_windows(&c, &clock, 5), vec![20; 5]);
+        assert_eq!(drain_windows(&mut c, &clock, 5), vec![20; 5]);
         c.set_rate(400.0);
-        assert_eq!(drain_windows(&c, &clock, 5), vec![80; 5]);
+        assert_eq!(drain_windows(&mut c, &clock, 5), vec![80; 5]);
         c.set_rate(50.0);
-        assert_eq!(drain_windows(&c, &clock, 5), vec![10; 5]);
+        assert_eq!(drain_windows(&mut c, &clock, 5), vec![10; 5]);
         c.set_rate(0.0);
         assert_eq!(c.quantum(), 0);
-        assert_eq!(drain_windows(&c, &clock, 5), vec![0; 5]);
+        assert_eq!(drain_windows(&mut c, &clock, 5), vec![0; 5]);
         c.set_rate(100.0);
-        assert_eq!(drain_windows(&c, &clock, 5), vec![20; 5]);
+        assert_eq!(drain_windows(&mut c, &clock, 5), vec![20; 5]);
     }
 
     #[test]
@@ -257,7 +289,7 @@ mod tests {
         // Timers fire a little late but on a fixed schedule (tokio's `interval`):
         // tick k at k × 200 ms + 0..3 ms. Every tick still gets exactly one quantum.
         let clock = FakeRelativeClock::default();
-        let c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
         let mut now = Duration::ZERO;
         for k in 1..=50u64 {
             let at = Duration::from_millis(200 * k + (k * 7) % 4);
@@ -267,12 +299,86 @@ mod tests {
         }
     }
 
+    /// Ticks at 200 ms of a 10 rec/s cadence, the first late by `late`; what each takes
+    /// (waiting, within its tick, for the second to make room where it is held), and when.
+    fn late_then_on_time(held: bool, late: Duration) -> Vec<(Duration, u32)> {
+        let clock = FakeRelativeClock::default();
+        let mut c = Cadence::new(10.0, Duration::from_millis(200), clock.clone());
+        if held {
+            c.hold_each_second();
+        }
+        let mut now = Duration::ZERO;
+        let mut taken = Vec::new();
+        for k in 1..=20u64 {
+            let at = Duration::from_millis(200 * k) + if k == 1 { late } else { Duration::ZERO };
+            clock.advance(at - now);
+            now = at;
+            let mut want = c.quantum();
+            while want > 0 {
+                let n = c.take(want);
+                if n > 0 {
+                    taken.push((now, n));
+                    want -= n;
+                    continue;
+                }
+                let Some(wait) = c.second_full_for() else {
+                    break;
+                };
+                clock.advance(wait);
+                now += wait;
+            }
+        }
+        taken
+    }
+
+    fn busiest_second(taken: &[(Duration, u32)]) -> u32 {
+        (0..taken.len())
+            .map(|i| {
+                taken[i..]
+                    .iter()
+                    .take_while(|(at, _)| *at < taken[i].0 + Duration::from_secs(1))
+                    .map(|(_, n)| n)
+                    .sum()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn held_each_second_a_late_tick_and_the_next_on_time_stay_within_the_rate() {
+        let late = Duration::from_millis(30);
+        let free = late_then_on_time(false, late);
+        assert_eq!(busiest_second(&free), 12, "six ticks in a second: {free:?}");
+        let held = late_then_on_time(true, late);
+        assert_eq!(busiest_second(&held), 10, "{held:?}");
+        // The sixth tick goes when the late one's second is over, 30 ms after it was due;
+        // nothing is lost.
+        assert_eq!(held[5], (Duration::from_millis(1230), 2), "{held:?}");
+        let sum = |t: &[(Duration, u32)]| t.iter().map(|(_, n)| n).sum::<u32>();
+        assert_eq!(sum(&held), sum(&free));
+    }
+
+    #[test]
+    fn held_each_second_a_lower_rate_waits_for_the_second_to_make_room() {
+        let clock = FakeRelativeClock::default();
+        let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        c.hold_each_second();
+        assert_eq!(drain_windows(&mut c, &clock, 5), vec![20; 5]);
+        // A lease given back: 20 rec/s from here, and the last second held 100.
+        c.set_rate(20.0);
+        clock.advance(Duration::from_millis(200));
+        assert_eq!(c.take(c.quantum()), 0);
+        assert_eq!(c.second_full_for(), Some(Duration::from_millis(800)));
+        clock.advance(Duration::from_millis(800));
+        assert_eq!(drain_windows(&mut c, &clock, 10), vec![4; 10]);
+    }
+
     #[test]
     fn fractional_quanta_keep_the_average_rate() {
         let clock = FakeRelativeClock::default();
-        let c = Cadence::new(7.0, Duration::from_millis(200), clock.clone());
+        let mut c = Cadence::new(7.0, Duration::from_millis(200), clock.clone());
         assert_eq!(c.quantum(), 2);
-        let per_tick = drain_windows(&c, &clock, 50);
+        let per_tick = drain_windows(&mut c, &clock, 50);
         assert!(per_tick.iter().all(|&n| n <= 2));
         // 70 due by the last tick; nanosecond rounding may leave the 70th a hair short.
         let sum: u32 = per_tick.iter().sum();
@@ -282,8 +388,8 @@ mod tests {
     #[test]
     fn slow_rates_hand_out_single_records() {
         let clock = FakeRelativeClock::default();
-        let c = Cadence::new(2.0, Duration::from_millis(200), clock.clone());
-        let got: u32 = drain_windows(&c, &clock, 25).iter().sum();
+        let mut c = Cadence::new(2.0, Duration::from_millis(200), clock.clone());
+        let got: u32 = drain_windows(&mut c, &clock, 25).iter().sum();
         assert_eq!(got, 10, "2 rec/s over 5 s");
     }
 

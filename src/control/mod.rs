@@ -9,6 +9,7 @@ pub mod bounded_by;
 pub mod cadence;
 pub mod health;
 pub(crate) mod item_refusals;
+pub mod last_second;
 pub mod latency_window;
 pub mod lease_table;
 pub mod limit;

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use super::{LeaseError, LeaseStore, check_definition};
 use crate::control::backoff::Backoff;
+use crate::control::last_second::SECOND;
 use crate::control::lease_table::LeaseTable;
 use crate::control::store_contact::StoreContact;
 use crate::control::target_rate::TargetRate;
@@ -51,6 +52,11 @@ pub struct LeaseKeeper {
     free: u32,
     /// When the store said it grants again, if it grants nothing now.
     grants_at: Option<Instant>,
+    /// Leases no longer used, and when the store may have them: once the pipeline runs at
+    /// the rate without them and its last second holds nothing sent under them.
+    releasing: Vec<(Instant, u32)>,
+    /// How long after its last use a lease is given back.
+    release_after: Duration,
 }
 
 impl LeaseKeeper {
@@ -77,7 +83,22 @@ impl LeaseKeeper {
             joining,
             free: 0,
             grants_at: None,
+            releasing: Vec::new(),
+            release_after: SECOND,
         }
+    }
+
+    /// A lease given back goes to the store `after` its last use: the pipeline applies a
+    /// lower rate at its next tick, and a lease handed on at once would let the records
+    /// sent under it in the last second and the next holder's add up within one second.
+    pub fn releasing_after(mut self, after: Duration) -> Self {
+        self.release_after = after;
+        self
+    }
+
+    /// Whether a lease given back is due at the store.
+    fn release_due(&self, now: Instant) -> bool {
+        self.releasing.iter().any(|(at, _)| *at <= now)
     }
 
     /// Runs until `shutdown`; on an error waiting cannot fix, cancels `fatal` and returns
@@ -119,6 +140,7 @@ impl LeaseKeeper {
             );
             let needed = self.joining.is_some()
                 || self.table.renewals_due(now)
+                || self.release_due(now)
                 || (wants_more && self.free > 0);
             if self.contact.due(now, needed) {
                 let outcome = self.talk(now, wants_more).await;
@@ -213,12 +235,24 @@ impl LeaseKeeper {
         self.free = pool.free;
         self.grants_at = pool.grants_in.map(|d| now + d);
         if !plan.release.is_empty() {
-            // Stop using them first, then tell the store.
+            // Stop using them first, then tell the store once their last second is over.
             for p in &plan.release {
                 self.table.forget(*p);
             }
             self.rate.set(self.table.rate(Instant::now()));
-            if let Err(e) = self.store.release(&self.member, &plan.release).await {
+            let at = Instant::now() + self.release_after;
+            self.releasing.extend(plan.release.iter().map(|p| (at, *p)));
+        }
+        let now = Instant::now();
+        let due: Vec<u32> = self
+            .releasing
+            .iter()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, p)| *p)
+            .collect();
+        if !due.is_empty() {
+            self.releasing.retain(|(at, _)| *at > now);
+            if let Err(e) = self.store.release(&self.member, &due).await {
                 tracing::debug!("release failed (the leases will expire): {e}");
             }
         }
@@ -244,5 +278,144 @@ impl LeaseKeeper {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::control::lease_table::{PoolDefinition, PoolView, WorkerLimits};
+    use crate::lease::{LeaseRow, MemberRow};
+
+    const POOL: PoolDefinition = PoolDefinition {
+        capacity: 600.0,
+        partitions: 6,
+        generation: 1,
+    };
+
+    /// A store with the pool to itself: grants partitions in turn, renews all, and notes
+    /// when leases come back.
+    #[derive(Default)]
+    struct Store {
+        next: Mutex<u32>,
+        released: Mutex<Vec<(Instant, Vec<u32>)>>,
+    }
+
+    #[async_trait]
+    impl LeaseStore for Store {
+        async fn define(&self, _: f64, _: u32) -> Result<PoolDefinition, LeaseError> {
+            Ok(POOL)
+        }
+        async fn definition(&self) -> Result<Option<PoolDefinition>, LeaseError> {
+            Ok(Some(POOL))
+        }
+        async fn resize(&self, _: f64, _: u32) -> Result<PoolDefinition, LeaseError> {
+            Ok(POOL)
+        }
+        async fn heartbeat(&self, _: &str, _: u32, _: bool) -> Result<PoolView, LeaseError> {
+            let next = *self.next.lock().unwrap();
+            Ok(PoolView {
+                active_members: 1,
+                other_waiting: false,
+                free: POOL.partitions - next.min(POOL.partitions),
+                definition: POOL,
+                grants_in: None,
+            })
+        }
+        async fn acquire(&self, _: &str, _: u32) -> Result<Option<u32>, LeaseError> {
+            let mut next = self.next.lock().unwrap();
+            let granted = (*next < POOL.partitions).then_some(*next);
+            *next += 1;
+            Ok(granted)
+        }
+        async fn renew(&self, _: &str, partitions: &[u32]) -> Result<Vec<u32>, LeaseError> {
+            Ok(partitions.to_vec())
+        }
+        async fn release(&self, _: &str, partitions: &[u32]) -> Result<(), LeaseError> {
+            let mut released = self.released.lock().unwrap();
+            released.push((Instant::now(), partitions.to_vec()));
+            Ok(())
+        }
+        async fn leave(&self, _: &str) -> Result<(), LeaseError> {
+            Ok(())
+        }
+        async fn leases(&self) -> Result<Vec<LeaseRow>, LeaseError> {
+            Ok(Vec::new())
+        }
+        async fn members(&self) -> Result<Vec<MemberRow>, LeaseError> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_given_back_reaches_the_store_a_second_and_a_tick_after_its_last_use() {
+        let store = Arc::new(Store::default());
+        let stats = Arc::new(Stats::default());
+        let rate = TargetRate::new(0.0);
+        let limits = WorkerLimits {
+            reserved: 0.0,
+            ceiling: None,
+            ttl: Duration::from_secs(15),
+            idle_grace: Duration::from_secs(3),
+        };
+        let after = SECOND + Duration::from_millis(200);
+        let keeper = LeaseKeeper::new(
+            store.clone(),
+            LeaseTable::new(POOL, limits),
+            "w".into(),
+            rate.clone(),
+            stats.clone(),
+            Duration::from_millis(250),
+            Duration::from_secs(5),
+            Backoff::new(Duration::from_millis(100), Duration::from_secs(1), 2.0),
+            None,
+        )
+        .releasing_after(after);
+        let shutdown = CancellationToken::new();
+        let task = keeper.spawn(shutdown.clone(), CancellationToken::new());
+        // A backlog: the worker takes leases; then none, and after the idle grace it gives
+        // them all back. Each step of the rate is noted as the pipeline would see it.
+        let mut seen: Vec<(Instant, f64)> = Vec::new();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(12) {
+            let backlog = started.elapsed() < Duration::from_secs(4);
+            stats.source_caught_up.store(!backlog, Relaxed);
+            if backlog {
+                stats.pulled.fetch_add(10, Relaxed);
+            }
+            let r = rate.get();
+            if seen.last().is_none_or(|(_, last)| *last != r) {
+                seen.push((Instant::now(), r));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        shutdown.cancel();
+        task.await.unwrap();
+        let released = store.released.lock().unwrap().clone();
+        let (last_use, _) = *seen
+            .iter()
+            .rfind(|(_, r)| *r == 0.0)
+            .expect("the rate fell to nothing");
+        assert!(
+            seen.iter().any(|(_, r)| *r > 0.0),
+            "leases were held: {seen:?}"
+        );
+        assert!(!released.is_empty(), "leases were given back: {seen:?}");
+        for (at, partitions) in &released {
+            assert!(
+                *at >= last_use + after - Duration::from_millis(10),
+                "{partitions:?} given back {:?} after the rate fell",
+                at.duration_since(last_use)
+            );
+            assert!(
+                *at <= last_use + after + Duration::from_millis(500),
+                "{partitions:?} given back {:?} after the rate fell",
+                at.duration_since(last_use)
+            );
+        }
     }
 }

@@ -140,7 +140,7 @@ impl Run {
         if remaining == 0 {
             return None;
         }
-        let p = &self.pipeline;
+        let p = &mut self.pipeline;
         let max_batch = p.max_batch as u64;
         if self.allowance > 0 {
             // The bucket may be short now and fill within the tick: what is left of the
@@ -252,18 +252,25 @@ impl Run {
         }
     }
 
-    /// A slot is free and the tick's allowance is not spent, but the bucket was short:
-    /// when it will hold a batch, rather than at the next tick.
-    pub(super) fn refill_at(&self) -> Option<Instant> {
-        let p = &self.pipeline;
-        let refills = !self.stopping()
-            && !self.limit_reached()
+    /// A slot is free and the tick's allowance is not spent, but the bucket was short (or
+    /// the last second full): when it will hold a batch, rather than at the next tick.
+    pub(super) fn refill_at(&mut self) -> Option<Instant> {
+        let stopping = self.stopping();
+        let limit_reached = self.limit_reached();
+        let p = &mut self.pipeline;
+        let refills = !stopping
+            && !limit_reached
             && self.allowance > 0
             && self.in_flight.len() < p.max_in_flight()
             && p.cadence.rate() > 0.0
             && !p.pressure.is_paused()
             && !self.held;
         refills.then(|| {
+            // A second that holds all the rate allows (workers sharing a pool) makes room
+            // when its oldest records leave it: the tick's worth goes then, not a tick late.
+            if let Some(wait) = p.cadence.second_full_for() {
+                return Instant::now() + wait.max(REFILL_AT_MOST_EVERY);
+            }
             let need = self
                 .allowance
                 .min(

@@ -14,9 +14,9 @@
 //! one sink emulator, share a pool of N × 10 rec/s in a PostgreSQL cluster at the default
 //! `max_connections = 100` or (`FLEET_STORE=redis`) a Redis server of the test's own, which
 //! is restarted after the steady part (every lease lost at once): no worker exits before its
-//! file is done, no 1 s window of the steady part is above the pool by more than its edges
-//! move and no 5 s window by more than the fleet's burst (see the assertions), every worker's
-//! share over the steady part is within ±20% of fair, and every record is written once. It prints the
+//! file is done, no 1 s or 5 s window of the whole run is above 101% of the pool, every
+//! worker's share over the steady part is within ±20% of fair, and every record is written
+//! once. It prints the
 //! store's connections, transactions (Redis: commands) and lease statements (Redis: script
 //! calls) per second and CPU. `FLEET_SLUICE` runs another build of sluice (a release
 //! build: 200 debug builds overload a 2-core machine); the workers run niced (+5) and the
@@ -497,26 +497,22 @@ fn a_fleet_shares_one_pool_on_a_store_at_the_default_max_connections() {
         100.0 * hi / fair_share,
         100.0 * used
     );
-    // One worker sends at most rate·T + its tick's quantum + 1 in any span T (the bucket
-    // carries one token over a late tick): 13 in 1 s at 10 rec/s and a 200 ms tick. What
-    // brings a fleet's ticks into step (200 processes starting at once, a stall of this
-    // machine) lets it send up to N·(quantum + 1) beyond the pool in one span: 30% of a
-    // 1 s span here, 6% of a 5 s one. Leases that added up (one used by two workers)
-    // would exceed the pool by a lease's rate over every span, 5 s ones included.
-    let burst = n as f64 * ((fair * 0.2_f64).ceil() + 1.0);
+    // Every 1 s span at most 101% of the pool, over the whole run (starts, the Redis
+    // restart and the fleet's end included). A worker's bucket alone allows rate·T + its
+    // tick's quantum + 1 in a span T — 13 in 1 s at 10 rec/s — and what brought the fleet's
+    // ticks into step (a stall of this machine) put up to 20% more than the pool into one
+    // second (102.0–103.8% in three runs before, 119.6% in one with a stall). Each worker now
+    // holds every second to its rate, and gives a lease back a second after its last use:
+    // the sum holds the pool in every second but for a delivery late across a window's edge.
     let five_peak = *five.iter().max().unwrap() as f64;
     assert!(
-        five_peak <= 5.0 * capacity * 1.01 + burst,
-        "the pool of {capacity} rec/s was exceeded over 5 s beyond the fleet's burst: {five_peak}"
+        five_peak <= 5.0 * capacity * 1.01,
+        "the pool of {capacity} rec/s was exceeded over 5 s: {five_peak}"
     );
-    // In the steady part, the windows' edges alone: a worker whose tick lands on the other
-    // side of an edge moves a quantum in or out of a 1 s span; N independent workers move
-    // a few √N quanta (measured at most 3.9% over the pool at 200, 8% at 10).
-    let quantum = (fair * 0.2_f64).ceil();
-    let steady_peak = *steady.iter().max().unwrap() as f64;
     assert!(
-        steady_peak <= capacity * 1.01 + 3.0 * quantum * (n as f64).sqrt(),
-        "the pool of {capacity} rec/s was exceeded in the steady part: {steady_peak} in {steady:?}"
+        peak as f64 <= capacity * 1.01,
+        "the pool of {capacity} rec/s was exceeded in a second: {peak} at {:.1} s (steady part: {steady:?})",
+        peak_at as f64 / 5.0
     );
     for (j, d) in deltas.iter().enumerate() {
         assert!(
