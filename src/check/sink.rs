@@ -185,8 +185,15 @@ impl PgFindings {
 /// a run uses from the catalog: present with the rights the run uses, or missing and
 /// creatable (see [`crate::sink::postgres::catalog::judge`]).
 pub(super) async fn postgres(url: &str, tables: &[TableUse]) -> Result<PgFindings, String> {
-    let options =
-        crate::sink::postgres::tls::connect_options(url)?.application_name("sluice check");
+    postgres_with(crate::sink::postgres::tls::connect_options(url)?, tables).await
+}
+
+/// As [`postgres`], connected with `options` (the lease store's own).
+pub(super) async fn postgres_with(
+    options: sqlx::postgres::PgConnectOptions,
+    tables: &[TableUse],
+) -> Result<PgFindings, String> {
+    let options = options.application_name("sluice check");
     let mut conn = PgConnection::connect_with(&options).await.map_err(|e| {
         match crate::tls::certificate_refused(&e) {
             Some(why) => format!("cannot connect: TLS handshake failed: {why}"),
@@ -201,6 +208,7 @@ pub(super) async fn postgres(url: &str, tables: &[TableUse]) -> Result<PgFinding
     let (tls_version, role): (Option<String>, String) = sqlx::query_as(
         "SELECT CASE WHEN ssl THEN version END, current_user::text          FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
     )
+    .persistent(false)
     .fetch_one(&mut *tx)
     .await
     .map_err(|e| describe(&e))?;

@@ -160,10 +160,8 @@ impl PgLeaseStore {
         timeout: Duration,
         read_only: bool,
     ) -> Result<Self, LeaseError> {
-        let options = crate::sink::postgres::tls::connect_options(url)
-            .map_err(|e| LeaseError::fatal(format!("cannot connect to the lease store: {e}")))?
-            // Nothing is prepared for later: see `statements`.
-            .statement_cache_capacity(0);
+        let options = connect_options(url)
+            .map_err(|e| LeaseError::fatal(format!("cannot connect to the lease store: {e}")))?;
         Ok(PgLeaseStore {
             options,
             conn: Mutex::new(None),
@@ -322,6 +320,16 @@ impl LeaseStore for PgLeaseStore {
             let _ = tokio::time::timeout(self.timeout, conn.close()).await;
         }
     }
+}
+
+/// How the lease store is connected to, by a worker and by `sluice check`: nothing is
+/// prepared for later (see `statements`) and nothing set for the session — PgBouncer in
+/// transaction mode refuses a client that asks for `extra_float_digits` at start-up
+/// ("unsupported startup parameter"), and the lease statements read no float as text.
+pub fn connect_options(url: &str) -> Result<PgConnectOptions, String> {
+    Ok(crate::sink::postgres::tls::connect_options(url)?
+        .statement_cache_capacity(0)
+        .extra_float_digits(None))
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //! what is missing, so a role that may write existing tables but create none can run
 //! (`CREATE TABLE IF NOT EXISTS` needs CREATE on the schema even when the table is
 //! there). `sluice check` asks the same catalog whether the role holds each right a run
-//! will use, and names the one it lacks.
+//! will use, and names the one it lacks. Every query is unnamed (`persistent(false)`):
+//! each runs once per start, and behind PgBouncer in transaction mode a named statement
+//! left on a server connection fails the next client that prepares the same name.
 
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Executor};
@@ -135,6 +137,7 @@ pub async fn ensure(
     let mut tx = conn.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
         .bind(lock)
+        .persistent(false)
         .execute(&mut *tx)
         .await?;
     for table in tables {
@@ -174,6 +177,7 @@ pub async fn judge(
 ) -> Result<Vec<JudgedTable>, String> {
     let text = |e: sqlx::Error| super::sqlstate::describe(&e);
     let (role,): (String,) = sqlx::query_as("SELECT current_user::text")
+        .persistent(false)
         .fetch_one(&mut *conn)
         .await
         .map_err(text)?;
@@ -213,12 +217,14 @@ async fn missing(
                  LEFT JOIN pg_namespace n ON n.nspname = s.name",
                 )
                 .bind(schema)
+                .persistent(false)
                 .fetch_one(&mut *conn)
                 .await?
             }
             None => sqlx::query_as(
                 "SELECT current_schema()::text, has_schema_privilege(current_schema(), 'CREATE')",
             )
+            .persistent(false)
             .fetch_one(&mut *conn)
             .await?,
         };
@@ -263,6 +269,7 @@ async fn present(
         .bind(&quoted)
         .bind(right.name())
         .bind(columns)
+        .persistent(false)
         .fetch_one(&mut *conn)
         .await?;
         if !granted {
@@ -276,6 +283,7 @@ async fn present(
         )
         .bind(&quoted)
         .bind(column)
+        .persistent(false)
         .fetch_one(&mut *conn)
         .await?;
         if let (Some(sequence), Some(false)) = (sequence, usable) {
@@ -288,6 +296,7 @@ async fn present(
              FROM pg_class c WHERE c.oid = to_regclass($1)",
         )
         .bind(&quoted)
+        .persistent(false)
         .fetch_one(&mut *conn)
         .await?;
         if !owns {
