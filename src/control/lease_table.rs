@@ -28,6 +28,10 @@ const FULLY_USED: f64 = 0.8;
 /// A lease used for less than this share of its rate at the peak counts as unused.
 const SLACK: f64 = 0.1;
 
+/// From a lease's local deadline until the sink has seen the last of it: the keeper's next
+/// round (at most 500 ms), the pipeline's next tick, and the second its records count in.
+const LAST_USE: Duration = Duration::from_millis(1700);
+
 /// What every worker sharing a pool must agree on; kept in the lease store.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PoolDefinition {
@@ -105,8 +109,10 @@ impl LeaseTable {
         LeaseTable {
             definition,
             limits,
-            // Enough to cover a slow round trip to the store, never more than a third of the ttl.
-            margin: (ttl / 10).max(Duration::from_millis(200)).min(ttl / 3),
+            // Enough for a slow round trip to the store, and for what was sent under the
+            // lease to leave the sink's second before anyone else may use it; never more
+            // than a third of the ttl.
+            margin: (ttl / 10).max(LAST_USE).min(ttl / 3),
             held: BTreeMap::new(),
             requested: BTreeMap::new(),
             idle_since: None,

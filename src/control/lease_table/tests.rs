@@ -54,11 +54,31 @@ fn a_lease_lapses_locally_before_the_store_could_reassign_it() {
     let t0 = Instant::now();
     let mut t = table();
     t.granted(1, t0);
-    // margin = ttl / 10 = 1.5 s
-    assert_eq!(t.rate(t0 + Duration::from_millis(13_499)), 110.0);
-    assert_eq!(t.rate(t0 + Duration::from_millis(13_500)), 10.0);
+    // margin = 1.7 s (more than ttl / 10 = 1.5 s): the keeper's round, the pipeline's
+    // tick and the last second's records are over before the store's ttl is.
+    assert_eq!(t.rate(t0 + Duration::from_millis(13_299)), 110.0);
+    assert_eq!(t.rate(t0 + Duration::from_millis(13_300)), 10.0);
     assert_eq!(t.expire(t0 + Duration::from_secs(14)), vec![1]);
     assert!(t.held(t0 + Duration::from_secs(14)).is_empty());
+}
+
+#[test]
+fn a_short_ttl_keeps_two_thirds_of_it_and_a_long_one_a_tenth_less() {
+    let at = |ttl: u64| {
+        let t0 = Instant::now();
+        let mut t = LeaseTable::new(
+            definition(800.0, 8, 1),
+            limits(Duration::from_secs(ttl), None),
+        );
+        t.granted(1, t0);
+        (1..=ttl * 100)
+            .map(|cs| t0 + Duration::from_millis(cs * 10))
+            .find(|now| t.rate(*now) == 10.0)
+            .map(|now| now.duration_since(t0))
+    };
+    assert_eq!(at(3), Some(Duration::from_secs(2)));
+    assert_eq!(at(4), Some(Duration::from_millis(2670)));
+    assert_eq!(at(60), Some(Duration::from_secs(54)));
 }
 
 #[test]
