@@ -162,6 +162,12 @@ pub(super) fn lease_keeper(
         outage,
     } = settings;
     let definition = pool.definition;
+    // A round at least twice per safety margin, minus a tick for the rate to apply.
+    let interval =
+        std::time::Duration::from_millis(500).min((l.ttl / 20).saturating_sub(tick).max(tick));
+    // A lease stopped being used at the keeper's round; the pipeline applies the rate at
+    // its next tick; its records count in the sink's second after that.
+    let second = crate::control::peak_usage::SPAN;
     let table = LeaseTable::new(
         definition,
         WorkerLimits {
@@ -169,11 +175,9 @@ pub(super) fn lease_keeper(
             ceiling,
             ttl: l.ttl,
             idle_grace: l.idle_grace,
+            last_use: interval + tick + second,
         },
     );
-    // A round at least twice per safety margin, minus a tick for the rate to apply.
-    let interval =
-        std::time::Duration::from_millis(500).min((l.ttl / 20).saturating_sub(tick).max(tick));
     let member = member_id();
     tracing::info!(
         pool = %l.pool,
@@ -195,7 +199,7 @@ pub(super) fn lease_keeper(
         outage,
         pool.joining,
     )
-    .releasing_after(crate::control::last_second::SECOND + tick)
+    .releasing_after(tick + second)
 }
 
 /// `sluice leases resize`: a new definition (and generation) for the pool.

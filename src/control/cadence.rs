@@ -115,11 +115,15 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
 
     /// Takes up to `want` tokens that are available now; returns how many were taken.
     pub fn take(&mut self, want: u32) -> u32 {
-        let now = Duration::from(self.clock.now());
-        let cap = LastSecond::cap(self.rate, self.quantum);
-        let want = match &mut self.last_second {
-            Some(second) => want.min(second.room(now, cap).min(u64::from(u32::MAX)) as u32),
-            None => want,
+        let held = self.last_second.is_some().then(|| {
+            let now = Duration::from(self.clock.now());
+            (now, LastSecond::cap(self.rate, self.quantum))
+        });
+        let want = match (&mut self.last_second, held) {
+            (Some(second), Some((now, cap))) => {
+                want.min(second.room(now, cap).min(u64::from(u32::MAX)) as u32)
+            }
+            _ => want,
         };
         if want == 0 {
             return 0;
@@ -138,7 +142,7 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
                 _ => 1,
             },
         };
-        if let Some(second) = &mut self.last_second {
+        if let (Some(second), Some((now, _))) = (&mut self.last_second, held) {
             second.record(now, taken);
         }
         taken

@@ -12,8 +12,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-/// The span a rate is a count of.
-pub const SECOND: Duration = Duration::from_secs(1);
+use crate::control::peak_usage::SPAN as SECOND;
 
 #[derive(Debug, Default, Clone)]
 pub struct LastSecond {

@@ -28,10 +28,6 @@ const FULLY_USED: f64 = 0.8;
 /// A lease used for less than this share of its rate at the peak counts as unused.
 const SLACK: f64 = 0.1;
 
-/// From a lease's local deadline until the sink has seen the last of it: the keeper's next
-/// round (at most 500 ms), the pipeline's next tick, and the second its records count in.
-const LAST_USE: Duration = Duration::from_millis(1700);
-
 /// What every worker sharing a pool must agree on; kept in the lease store.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PoolDefinition {
@@ -83,6 +79,10 @@ pub struct WorkerLimits {
     pub ttl: Duration,
     /// Everything is given back after this long without a backlog.
     pub idle_grace: Duration,
+    /// From a lease's local deadline until the sink has seen the last of its records (the
+    /// keeper's round, the pipeline's tick, the sink's second): the store's expiry must be
+    /// that much later, or the next holder's records and these share a second.
+    pub last_use: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -105,14 +105,14 @@ pub struct LeaseTable {
 
 impl LeaseTable {
     pub fn new(definition: PoolDefinition, limits: WorkerLimits) -> Self {
-        let ttl = limits.ttl;
+        let (ttl, last_use) = (limits.ttl, limits.last_use);
         LeaseTable {
             definition,
             limits,
             // Enough for a slow round trip to the store, and for what was sent under the
             // lease to leave the sink's second before anyone else may use it; never more
             // than a third of the ttl.
-            margin: (ttl / 10).max(LAST_USE).min(ttl / 3),
+            margin: (ttl / 10).max(last_use).min(ttl / 3),
             held: BTreeMap::new(),
             requested: BTreeMap::new(),
             idle_since: None,

@@ -22,8 +22,8 @@ use tokio::time::Instant;
 
 use super::{LeaseError, LeaseStore, check_definition};
 use crate::control::backoff::Backoff;
-use crate::control::last_second::SECOND;
 use crate::control::lease_table::LeaseTable;
+use crate::control::peak_usage::SPAN;
 use crate::control::store_contact::StoreContact;
 use crate::control::target_rate::TargetRate;
 use crate::stats::Stats;
@@ -84,7 +84,7 @@ impl LeaseKeeper {
             free: 0,
             grants_at: None,
             releasing: Vec::new(),
-            release_after: SECOND,
+            release_after: SPAN,
         }
     }
 
@@ -246,15 +246,13 @@ impl LeaseKeeper {
         let now = Instant::now();
         let due: Vec<u32> = self
             .releasing
-            .iter()
-            .filter(|(at, _)| *at <= now)
-            .map(|(_, p)| *p)
+            .extract_if(.., |(at, _)| *at <= now)
+            .map(|(_, p)| p)
             .collect();
-        if !due.is_empty() {
-            self.releasing.retain(|(at, _)| *at > now);
-            if let Err(e) = self.store.release(&self.member, &due).await {
-                tracing::debug!("release failed (the leases will expire): {e}");
-            }
+        if !due.is_empty()
+            && let Err(e) = self.store.release(&self.member, &due).await
+        {
+            tracing::debug!("release failed (the leases will expire): {e}");
         }
         if !plan.renew.is_empty() {
             let sent = Instant::now();
@@ -361,8 +359,9 @@ mod tests {
             ceiling: None,
             ttl: Duration::from_secs(15),
             idle_grace: Duration::from_secs(3),
+            last_use: Duration::from_millis(1700),
         };
-        let after = SECOND + Duration::from_millis(200);
+        let after = SPAN + Duration::from_millis(200);
         let keeper = LeaseKeeper::new(
             store.clone(),
             LeaseTable::new(POOL, limits),

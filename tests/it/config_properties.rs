@@ -234,6 +234,7 @@ fn build_everything(config: &Config) {
                 ceiling: config.rate_ceiling(),
                 ttl: l.ttl,
                 idle_grace: l.idle_grace,
+                last_use: std::time::Duration::from_secs(2),
             },
         );
         table.partitions();

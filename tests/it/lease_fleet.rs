@@ -16,9 +16,8 @@
 //! is restarted after the steady part (every lease lost at once): no worker exits before its
 //! file is done, no 1 s or 5 s window of the whole run is above 101% of the pool, every
 //! worker's share over the steady part is within ±20% of fair, and every record is written
-//! once. It prints the
-//! store's connections, transactions (Redis: commands) and lease statements (Redis: script
-//! calls) per second and CPU. `FLEET_SLUICE` runs another build of sluice (a release
+//! once. It prints the store's connections, transactions (Redis: commands) and lease
+//! statements (Redis: script calls) per second and CPU. `FLEET_SLUICE` runs another build of sluice (a release
 //! build: 200 debug builds overload a 2-core machine); the workers run niced (+5) and the
 //! test, its emulator and its store at `nice -n -10`, so that what measures and serves
 //! them does not wait for CPU behind 200 clients, which on a fleet run on their own

@@ -1,6 +1,8 @@
 use super::*;
 
 const TTL: Duration = Duration::from_secs(15);
+/// The default configuration's: a 500 ms round, a 200 ms tick, the sink's second.
+const LAST_USE: Duration = Duration::from_millis(1700);
 
 fn definition(capacity: f64, partitions: u32, generation: u32) -> PoolDefinition {
     PoolDefinition {
@@ -16,6 +18,7 @@ fn limits(ttl: Duration, ceiling: Option<f64>) -> WorkerLimits {
         ceiling,
         ttl,
         idle_grace: Duration::from_secs(5),
+        last_use: LAST_USE,
     }
 }
 
