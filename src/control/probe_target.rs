@@ -8,8 +8,13 @@
 //! The rule, applied at each reading:
 //! - value ≤ `setpoint × target` (room to spare) and the rate binds (the worker wrote at
 //!   least `binding` of it over the last second): the rate grows by a factor of
-//!   `1 + increase × (1 − value / (setpoint × target))` per memory: doubling far under
-//!   the target (as TCP's slow start finds a path's capacity), barely near it. A growth
+//!   `1 + increase × room` per memory, room being how far the value is below the setpoint
+//!   as a share of the way down to the probe's floor — what it reads with nothing written
+//!   (a canary's baseline; 0 for other probes): doubling at the floor (as TCP's slow start
+//!   finds a path's capacity), barely near the setpoint. Measured from 0, a canary reading
+//!   its baseline under a "2x" target had room for ×1.375 per memory only, and at the
+//!   p99 canary's wide tail ×1.2–1.3: 47 s from 1,000 to 7,000 rows/s with production's
+//!   p99 well within its target (docs/bench/auto-rate.md). A growth
 //!   that did not depend on the distance (+20% per memory once cut) took 33 s to climb
 //!   from 1,000 to 9,000 rows/s while the canary read half the target (the experiment).
 //!   Near the rate the last cut was made from (over `near_peak` of it) growth is at most
@@ -104,6 +109,8 @@ pub struct ProbeTarget {
     last_reading: Option<Duration>,
     /// Since when every reading was over the target with the rate at `least`.
     over_at_least_since: Option<Duration>,
+    /// What the value reads with nothing written: room is measured down to it.
+    floor: f64,
 }
 
 /// How long the written count is looked back over for the achieved rate.
@@ -124,7 +131,26 @@ impl ProbeTarget {
             peak: None,
             last_reading: None,
             over_at_least_since: None,
+            floor: 0.0,
         }
+    }
+
+    /// The value with nothing written (a canary's baseline). Ignored when it is not well
+    /// under the setpoint (an absolute target near or under the baseline): room is then
+    /// measured down to 0, as for a probe without one.
+    pub fn set_floor(&mut self, floor: f64) {
+        self.floor = floor.max(0.0);
+    }
+
+    /// How far `value` is under the setpoint, as a share of the way down to the floor.
+    fn room(&self, value: f64) -> f64 {
+        let setpoint = self.params.setpoint * self.target;
+        let floor = if self.floor < 0.9 * setpoint {
+            self.floor
+        } else {
+            0.0
+        };
+        ((setpoint - value) / (setpoint - floor)).clamp(0.0, 1.0)
     }
 
     pub fn target(&self) -> f64 {
@@ -181,7 +207,7 @@ impl ProbeTarget {
         } else if value <= p.setpoint * self.target {
             let binds = achieved.is_none_or(|a| a >= p.binding * self.rate);
             if binds && !settling(&self.last_cut) {
-                let room = 1.0 - value / (p.setpoint * self.target);
+                let room = self.room(value);
                 let share = since.as_secs_f64() / p.memory.as_secs_f64();
                 let near_peak = self
                     .peak

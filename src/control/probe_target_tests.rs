@@ -15,8 +15,14 @@ struct Run {
 impl Run {
     /// The first reading, at 0 (nothing to pace from yet).
     fn new(target: f64) -> Run {
+        Run::with_floor(target, 0.0)
+    }
+
+    /// … of a probe that reads `floor` with nothing written (a canary's baseline).
+    fn with_floor(target: f64, floor: f64) -> Run {
         let mut steer = ProbeTarget::new(target, TargetParams::default());
-        steer.observe(Duration::ZERO, 0.0, 0);
+        steer.set_floor(floor);
+        steer.observe(Duration::ZERO, floor, 0);
         Run {
             steer,
             now: 0.0,
@@ -68,6 +74,42 @@ fn under_the_setpoint_it_grows_faster_the_further_below_paced_per_memory() {
     let before = far.steer.rate();
     far.read_n(20, 1.8, 1.0);
     assert_eq!(far.steer.rate(), before);
+}
+
+/// A canary cannot read under its baseline: room is measured down to it, so a canary at
+/// its baseline doubles the rate per memory as a value of 0 does without a floor.
+#[test]
+fn room_is_measured_down_to_the_floor() {
+    // "2x" of a baseline of 1: target 2, setpoint 1.6.
+    let mut at_baseline = Run::with_floor(2.0, 1.0);
+    let mut halfway = Run::with_floor(2.0, 1.0);
+    let mut from_zero = Run::new(2.0);
+    for _ in 0..10 {
+        at_baseline.read(1.0, 1.0);
+        halfway.read(1.3, 1.0);
+        from_zero.read(1.0, 1.0);
+    }
+    assert!(
+        close(at_baseline.steer.rate(), 2000.0),
+        "{}",
+        at_baseline.steer.rate()
+    );
+    assert!(
+        close(halfway.steer.rate(), 1500.0),
+        "{}",
+        halfway.steer.rate()
+    );
+    assert!(
+        close(from_zero.steer.rate(), 1375.0),
+        "{}",
+        from_zero.steer.rate()
+    );
+    // Over the setpoint the floor changes nothing; a floor close under the setpoint (an
+    // absolute target near the baseline) is not one: room from 0.
+    assert_eq!(at_baseline.read_n(10, 1.8, 1.0), at_baseline.steer.rate());
+    let mut near = Run::with_floor(2.0, 1.5);
+    near.read_n(10, 1.0, 1.0);
+    assert!(close(near.steer.rate(), 1375.0), "{}", near.steer.rate());
 }
 
 #[test]
@@ -184,7 +226,7 @@ fn a_probe_that_stops_answering_holds_and_the_rate_resumes_where_it_was() {
 /// A database whose latency is `1 × (1 + (rate / capacity)²)` ±10% (deterministic
 /// noise), read as a canary reads it: the 90th percentile of the last 2 s of runs, one
 /// run every 200 ms; target 2: the value meets the target at the capacity.
-fn noisy_plant(seed: u64) -> (Vec<f64>, usize, usize) {
+fn noisy_plant(seed: u64, floor: f64) -> (Vec<f64>, usize, usize) {
     const CAPACITY: f64 = 20_000.0;
     let mut rng = seed;
     let mut noise = || {
@@ -193,7 +235,7 @@ fn noisy_plant(seed: u64) -> (Vec<f64>, usize, usize) {
             .wrapping_add(1_442_695_040_888_963_407);
         ((rng >> 11) as f64 / (1u64 << 53) as f64) * 0.2 - 0.1
     };
-    let mut run = Run::new(2.0);
+    let mut run = Run::with_floor(2.0, floor);
     let (mut rates, mut over, mut readings) = (Vec::new(), 0, 0);
     let mut window = VecDeque::new();
     for i in 0..1000 {
@@ -218,18 +260,22 @@ fn noisy_plant(seed: u64) -> (Vec<f64>, usize, usize) {
 
 #[test]
 fn a_noisy_probe_does_not_oscillate_beyond_the_stated_bound() {
-    for seed in [1, 7, 42, 1234] {
-        let (rates, over, readings) = noisy_plant(seed);
+    // Without a floor, and with the plant's own (1 at rate 0) as a canary's baseline.
+    for (seed, floor) in [1, 7, 42, 1234]
+        .into_iter()
+        .flat_map(|s| [(s, 0.0), (s, 1.0)])
+    {
+        let (rates, over, readings) = noisy_plant(seed, floor);
         let (low, high) = rates
             .iter()
             .fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
         assert!(
             low >= 0.6 && high <= 1.25,
-            "seed {seed}: rate {low:.2}..{high:.2} of capacity"
+            "seed {seed}, floor {floor}: rate {low:.2}..{high:.2} of capacity"
         );
         assert!(
             over * 10 < readings,
-            "seed {seed}: {over} of {readings} readings over the target"
+            "seed {seed}, floor {floor}: {over} of {readings} readings over the target"
         );
     }
 }

@@ -75,6 +75,9 @@ impl Health {
         if before.is_some() || steer.as_ref().map(ProbeTarget::target) != target {
             *steer = target.map(|t| steer_under(&probe.config, t));
         }
+        if let Some(steer) = steer.as_mut() {
+            steer.set_floor(baseline);
+        }
         let when = match before {
             None => "before the first write".to_string(),
             Some((_, was)) => format!("with the writes held (it was {:.2} ms)", was * 1000.0),
