@@ -18,7 +18,8 @@ One command, from the repository root (`--release` builds sluice optimized first
   python3 scripts/auto-rate-experiment.py --release --knee
 
 `--database mariadb` runs the same against a scratch MariaDB with sysbench as production
-(`apt-get install sysbench`); `--knee` runs `rate = "auto"` against sim-sink's latency knee.
+(installed with apt-get when missing); `--knee` runs `rate = "auto"` against sim-sink's
+latency knee.
 
 Every strategy runs on a fresh scratch cluster (initdb in a temp dir, run as the postgres
 user when run as root; `pgbench -i -s 10`; shared_buffers over the load, no checkpoint
@@ -216,6 +217,8 @@ class MariaDB:
     name = "MariaDB"
 
     def __init__(self, cpus, scale):
+        if not shutil.which("sysbench"):
+            subprocess.run(["apt-get", "install", "-y", "sysbench"], check=True, capture_output=True)
         self.dir = Path(tempfile.mkdtemp(prefix="sluice-auto-rate-maria-"))
         self.port = free_port()
         self.rows = scale * 100_000
