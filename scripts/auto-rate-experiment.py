@@ -335,6 +335,7 @@ class Production:
         self.started = time.time()
 
     def stop(self):
+        """Stops the client; its transactions' latencies (ms) per 1 s window."""
         self.proc.send_signal(signal.SIGINT)
         try:
             self.proc.wait(10)
@@ -344,15 +345,17 @@ class Production:
         windows, self.lags = {}, {}
         for log in self.dir.glob("tx*"):
             for line in log.read_text().splitlines():
-                f = line.split()
-                if len(f) < 6 or f[2] == "skipped":
-                    continue
-                # client tx latency_us script epoch_s epoch_us [lag_us]: latency as the
-                # client sees it (with -R pgbench counts it from the scheduled start).
-                windows.setdefault(int(f[4]), []).append(int(f[2]) / 1000.0)
-                if len(f) > 6:
-                    self.lags.setdefault(int(f[4]), []).append(int(f[6]) / 1000.0)
+                self.read(line.split(), windows)
         return windows
+
+    def read(self, f, windows):
+        """A line of pgbench's --log: client tx latency_us script epoch_s epoch_us [lag_us],
+        the latency as the client sees it (with -R counted from the scheduled start)."""
+        if len(f) < 6 or f[2] == "skipped":
+            return
+        windows.setdefault(int(f[4]), []).append(int(f[2]) / 1000.0)
+        if len(f) > 6:
+            self.lags.setdefault(int(f[4]), []).append(int(f[6]) / 1000.0)
 
 
 class SysbenchProduction(Production):
@@ -365,20 +368,10 @@ class SysbenchProduction(Production):
         self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.started = time.time()
 
-    def stop(self):
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        time.sleep(0.5)
-        windows, self.lags = {}, {}
-        for log in self.dir.glob("tx*"):
-            for line in log.read_text().splitlines():
-                f = line.split()
-                if len(f) == 2:
-                    windows.setdefault(int(f[0]), []).append(int(f[1]) / 1000.0)
-        return windows
+    def read(self, f, windows):
+        """A line of the Lua script's log: epoch_s latency_us."""
+        if len(f) == 2:
+            windows.setdefault(int(f[0]), []).append(int(f[1]) / 1000.0)
 
 
 def database(args):
