@@ -142,7 +142,9 @@ impl ProbeTarget {
         self.floor = floor.max(0.0);
     }
 
-    /// How far `value` is under the setpoint, as a share of the way down to the floor.
+    /// How far `value` (at most the setpoint) is under the setpoint, as a share of the way
+    /// down to the floor. A target of 0 (`replica_lag` kept at none) leaves no way down: a
+    /// value of 0 is then all the room there is (0 / 0 made the rate NaN, then `least`).
     fn room(&self, value: f64) -> f64 {
         let setpoint = self.params.setpoint * self.target;
         let floor = if self.floor < 0.9 * setpoint {
@@ -150,6 +152,9 @@ impl ProbeTarget {
         } else {
             0.0
         };
+        if setpoint <= floor {
+            return 1.0;
+        }
         ((setpoint - value) / (setpoint - floor)).clamp(0.0, 1.0)
     }
 

@@ -112,6 +112,19 @@ fn room_is_measured_down_to_the_floor() {
     assert!(close(near.steer.rate(), 1375.0), "{}", near.steer.rate());
 }
 
+/// `target = 0` (a replica kept without lag): a reading of 0 is within it, and far under
+/// nothing, so the rate grows as fast as it can; anything above it is cut.
+#[test]
+fn a_target_of_zero_grows_at_zero_and_cuts_above_it() {
+    let mut run = Run::new(0.0);
+    assert!(
+        close(run.read_n(10, 0.0, 1.0), 2000.0),
+        "{}",
+        run.steer.rate()
+    );
+    assert!(run.read(0.5, 1.0) < 2000.0);
+}
+
 #[test]
 fn near_the_rate_it_was_last_cut_from_it_grows_slowly() {
     let mut run = Run::new(2.0);

@@ -310,17 +310,21 @@ mod tests {
     use super::*;
 
     fn probes() -> Vec<ProbeSettings> {
+        probes_of(
+            "[[probe]]\nbuiltin = \"replica_lag\"\nmax = \"2s\"\ncritical = 30\n\
+             [[probe]]\nbuiltin = \"active_sessions\"\nmax = 10\n",
+        )
+    }
+
+    fn probes_of(toml: &str) -> Vec<ProbeSettings> {
         use figment::providers::{Format, Toml};
         #[derive(serde::Deserialize)]
         struct Doc {
             probe: Vec<ProbeSettings>,
         }
-        let doc: Doc = figment::Figment::from(Toml::string(
-            "[[probe]]\nbuiltin = \"replica_lag\"\nmax = \"2s\"\ncritical = 30\n\
-             [[probe]]\nbuiltin = \"active_sessions\"\nmax = 10\n",
-        ))
-        .extract()
-        .unwrap();
+        let doc: Doc = figment::Figment::from(Toml::string(toml))
+            .extract()
+            .unwrap();
         doc.probe
     }
 
@@ -358,6 +362,32 @@ mod tests {
         let e = h.critical("replica_lag", 31.0);
         assert_eq!(e.critical, 30.0);
         assert!(e.to_string().contains("replica_lag = 31"));
+    }
+
+    /// The canary's baseline is the floor its steering measures room down to: read at its
+    /// baseline under "2x", the rate doubles over one window (×1.375 measured down to 0).
+    #[tokio::test(start_paused = true)]
+    async fn a_canary_at_its_baseline_doubles_the_rate_per_window() {
+        let stats = Arc::new(Stats::default());
+        let h = Health::new(
+            &probes_of("[[probe]]\nbuiltin = \"canary\"\ntarget = \"2x\"\n"),
+            stats.clone(),
+        );
+        let baseline = 0.002;
+        h.set_baseline(0, baseline);
+        h.record(0, Reading::Value(baseline));
+        // Ten readings 200 ms apart (the default 2 s window), the worker writing the rate.
+        for _ in 0..10 {
+            tokio::time::advance(Duration::from_millis(200)).await;
+            let rate = h.steered_rate().unwrap().1;
+            stats
+                .written
+                .fetch_add((rate * 0.2).round() as u64, Relaxed);
+            h.record(0, Reading::Value(baseline));
+        }
+        let (name, rate) = h.steered_rate().unwrap();
+        assert_eq!(name, "canary");
+        assert!((rate - 2000.0).abs() < 1.0, "{rate}");
     }
 
     #[tokio::test(start_paused = true)]
