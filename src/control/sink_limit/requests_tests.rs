@@ -16,7 +16,8 @@ fn gateway(ceiling: f64) -> Setup {
     }
 }
 
-/// Once learned, the rate holds 90% of the gateway or more, in full requests.
+/// Once learned, the rate holds 90% of the gateway or more, in full requests. Told the
+/// capacity, whole batches from the end of slow start: 4 requests/s, never refused.
 #[test]
 fn requests_limited_sink_below_one_request_per_tick() {
     for ceiling in [400.0, 1600.0] {
@@ -29,15 +30,19 @@ fn requests_limited_sink_below_one_request_per_tick() {
         );
         assert!(out.throttled_share() <= 0.05, "asked {ceiling}");
         assert!(out.sent_per_delivered() <= 1.03, "asked {ceiling}");
-        assert_eq!(out.binding, Some(Unit::Requests), "asked {ceiling}");
+        if ceiling > 400.0 {
+            assert_eq!(out.binding, Some(Unit::Requests), "asked {ceiling}");
+        } else {
+            assert_eq!(out.throttled, 0, "told");
+            assert_eq!(out.batches[5..], [100; 145], "told");
+        }
     }
 }
 
-/// The bench's drain, 5,000 records, at least 85% of the 400 rec/s the gateway allows in
-/// batches of 100, told or asked four times (266 and 321 rec/s on this model before the
-/// experiments changed; 347 and 357 after). Told the capacity, the first 3.4 s go as
-/// requests of 80 (a tick's worth), and of 10 to 40 in slow start, before any push-back can
-/// say that requests are what the gateway counts.
+/// The bench's drain, 5,000 records, of the 400 rec/s the gateway allows in batches of
+/// 100: told, at least 92% (266 rec/s on this model before the experiments changed, 347
+/// after, 373 with whole batches — slow start's 10, 20 and 40 records are what it lacks);
+/// asked four times, at least 85% (321, then 357).
 #[test]
 fn the_benchs_drain_of_a_requests_limited_sink() {
     for ceiling in [400.0, 1600.0] {
@@ -48,8 +53,9 @@ fn the_benchs_drain_of_a_requests_limited_sink() {
             5_000.0 / took.as_secs_f64(),
             out.sent_per_delivered()
         );
+        let least = if ceiling > 400.0 { 0.85 } else { 0.92 };
         assert!(
-            5_000.0 / took.as_secs_f64() >= 0.85 * 400.0,
+            5_000.0 / took.as_secs_f64() >= least * 400.0,
             "asked {ceiling}: {took:?}"
         );
     }
@@ -72,4 +78,22 @@ fn a_records_limit_learned_against_a_request_gateway_is_unlearned() {
         assert_eq!(out.binding, Some(Unit::Requests), "from {remembered}");
         assert!(late >= 0.9 * 400.0, "from {remembered}: {late:.0} rec/s");
     }
+}
+
+/// Whole batches are never larger than a quarter over a request the sink took: asked 640
+/// records a tick with `sink.max_batch = 1000` and no slow start, a sink with a burst of 800
+/// took the first 640 and would have refused every batch of 1,000 after it (640 records
+/// delivered in a minute).
+#[test]
+fn whole_batches_stay_near_what_the_sink_took() {
+    let out = drive(Setup {
+        first_contact: FirstContactParams::NONE,
+        ..Setup::new(Unit::Records, 800.0, 3200.0)
+    });
+    assert!(out.rate(secs(30), secs(60)) >= 0.9 * 800.0, "{out:?}");
+    assert!(
+        out.batches.iter().all(|&b| b < 1000),
+        "{:?}",
+        &out.batches[..10]
+    );
 }
