@@ -399,7 +399,9 @@ impl Backpressure {
             record_bytes: state.record_bytes,
         };
         let ceiling = state.ceiling;
+        let before = (state.limit.binding(), state.limit.is_experimenting());
         let plan = state.limit.plan(now, ceiling, shape);
+        log_phase_change(&state.limit, before);
         state.planned = plan.records_per_second;
         // A worker holding no capacity (ceiling 0) is not throttled: its share stays whole.
         let share = if ceiling > 0.0 {
@@ -433,6 +435,27 @@ impl Drop for Backpressure {
         let now = self.now();
         let mut state = self.lock();
         self.keep_learned(&mut state, now, true);
+    }
+}
+
+/// What a plan's phase change tells an operator: an experiment begun or ended, and a
+/// unit learned by one (a throttle's own changes are logged where it is handled).
+fn log_phase_change(limit: &SinkLimit, (binding, experimenting): (Option<Unit>, bool)) {
+    if limit.is_experimenting() != experimenting {
+        tracing::debug!(
+            experimenting = limit.is_experimenting(),
+            requests = ?limit.limit(Unit::Requests),
+            "sink limit experiment"
+        );
+    }
+    if limit.binding() != binding
+        && let Some(unit) = limit.binding()
+    {
+        tracing::info!(
+            unit = unit.name(),
+            "the sink's limit binds in {}",
+            unit.name()
+        );
     }
 }
 
