@@ -255,7 +255,9 @@ impl Backpressure {
         let now = self.now();
         let mut state = self.lock();
         state.refusals.taken(now, sent_at, records);
+        let before = (state.limit.binding(), state.limit.is_experimenting());
         state.limit.on_written(now, sent_at, records, bytes);
+        log_phase_change(&state.limit, before);
         state.throttle.on_success();
         if records > 0 {
             let size = bytes as f64 / records as f64;
@@ -330,7 +332,7 @@ impl Backpressure {
         if reaction.outage {
             limit.on_outage();
         } else {
-            let binding = limit.binding();
+            let before = (limit.binding(), limit.is_experimenting());
             limit.on_throttle(now, reaction.fresh, write);
             if reaction.fresh {
                 tracing::debug!(
@@ -341,15 +343,7 @@ impl Backpressure {
                     "sink limit (per second)"
                 );
             }
-            if limit.binding() != binding
-                && let Some(unit) = limit.binding()
-            {
-                tracing::info!(
-                    unit = unit.name(),
-                    "the sink's limit binds in {}",
-                    unit.name()
-                );
-            }
+            log_phase_change(limit, before);
         }
         drop(state);
         if reaction.fresh {
@@ -438,8 +432,8 @@ impl Drop for Backpressure {
     }
 }
 
-/// What a plan's phase change tells an operator: an experiment begun or ended, and a
-/// unit learned by one (a throttle's own changes are logged where it is handled).
+/// What a change of the sink limit's phase tells an operator: an experiment begun or
+/// ended (by a throttle, an answer or a plan), and the unit that binds now.
 fn log_phase_change(limit: &SinkLimit, (binding, experimenting): (Option<Unit>, bool)) {
     if limit.is_experimenting() != experimenting {
         tracing::debug!(
