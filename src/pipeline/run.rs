@@ -10,6 +10,7 @@ use tokio::task::JoinError;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use super::{InFlight, Pipeline, PipelineError};
+use crate::control::cadence::fresh_after_resends;
 use crate::health::Verdict;
 use crate::record::Position;
 use crate::stats::{Stats, Summary};
@@ -296,7 +297,7 @@ impl Run {
             crate::lock::lock(&p.stats.bounded_by).add(&bound, spent);
         }
         self.tick_quantum = quantum;
-        let fresh = quantum - p.pressure.settle_owed(quantum);
+        let fresh = fresh_after_resends(quantum, p.pressure.settle_owed(quantum));
         match p.health.verdict() {
             Verdict::Go => self.held = false,
             Verdict::Hold { .. } => {
