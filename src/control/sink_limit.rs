@@ -35,6 +35,7 @@ mod phases;
 mod remembered;
 pub mod remembered_limit;
 mod unit;
+mod whole_batch;
 
 /// Per-second rates the sink took lately, each `None` when too little was measured.
 type Delivered = PerUnit<Option<f64>>;
@@ -45,9 +46,6 @@ type Delivered = PerUnit<Option<f64>>;
 const EXPERIMENT_SHOWS: f64 = 1.05;
 /// Throttles of settled writes that end an experiment: volume is the unit.
 const EXPERIMENT_FAILS_AFTER: u32 = 2;
-
-/// How much larger than the largest request the sink has taken a whole batch may be.
-const WHOLE_BATCH_OVER_TAKEN: f64 = 1.25;
 
 /// A write the sink refused with a throttle.
 #[derive(Debug, Clone, Copy)]
@@ -300,14 +298,7 @@ impl SinkLimit {
         let largest = shape.max_batch.min(by_bytes).max(1);
         self.largest_batch = largest;
         let natural = ((rate * tick - 1e-9).ceil().max(1.0) as usize).min(largest);
-        let mut batch = natural;
-        if self.phase == Phase::Free
-            && parts == 1
-            && !self.first.is_ramping()
-            && largest as f64 <= WHOLE_BATCH_OVER_TAKEN * self.taken.largest() as f64
-        {
-            batch = whole_batches(natural, largest);
-        }
+        let mut batch = self.whole_batch(natural, largest, parts);
         let largest = if self.is_experimenting() {
             largest.min(self.experiment_batch())
         } else {
@@ -476,22 +467,6 @@ impl SinkLimit {
                 quiet_since: Duration::ZERO,
             };
         }
-    }
-}
-
-/// Before the sink has pushed back, a tick's worth of at least half a batch goes as whole
-/// batches, banked across ticks: the same records in fewer requests, each sent within two
-/// ticks. Told 400 rec/s with `sink.max_batch = 100` at a 200 ms tick, a request per tick
-/// of 80 is 5 requests/s, and a gateway taking 4 refused one a second from the moment its
-/// burst was spent; 100 every 250 ms is the same rate in 4. Only where a batch is at most
-/// [`WHOLE_BATCH_OVER_TAKEN`] times the largest request the sink has taken: a sink whose
-/// burst is smaller would never take it (told 3,200 rec/s, 640 a tick and a 1,000-record
-/// batch against a sink with a burst of 800, every request was refused).
-fn whole_batches(natural: usize, largest: usize) -> usize {
-    if natural < largest && 2 * natural >= largest {
-        largest
-    } else {
-        natural
     }
 }
 

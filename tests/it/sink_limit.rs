@@ -229,6 +229,29 @@ fn requests_limited(style: RetryAfterStyle) {
     assert!(stats.throttled_share() <= 0.08);
 }
 
+/// A gateway taking 4 requests/s (burst 4), told 400 rec/s with `max_batch = 100` at the
+/// default 200 ms tick (#45): a request of 80 per tick is 5/s, refused once a second from
+/// the moment the burst is spent (3.4 s in); after slow start the worker banks two ticks
+/// into requests of 100 every 250 ms, 4/s, and none is refused. 2,000 records run past
+/// that moment (5 s at the rate).
+#[test]
+fn told_a_gateways_capacity_whole_batches_are_never_refused() {
+    let sim = Sim::start(BucketUnit::Requests, 4.0, |c| c.burst = 4);
+    let records = 2_000;
+    let worker = Worker {
+        records_per_second: 400.0,
+        tick: "200ms",
+        max_batch: 100,
+    };
+    let (run, stats) = drain(&sim, records, &worker, Duration::from_secs(30));
+    eprintln!(
+        "{}",
+        report("requests-limited, told the capacity", &run, &stats, records)
+    );
+    assert_all_landed_once(&run, &stats, records);
+    assert_eq!(stats.rejected, 0, "requests refused");
+}
+
 #[test]
 fn bytes_limited_sink_over_asked_four_times() {
     // 100 kB of request body per second: about 1,000 of these records in sluice's
