@@ -38,13 +38,13 @@ pub struct Cadence<C: Clock<Instant = Nanos> + Clone> {
 }
 
 impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
-    /// A cadence that starts empty: the first allowance comes one tick from now.
-    /// (governor's bucket starts full, which would double the first window.)
+    /// A cadence that starts empty: the first allowance comes one tick from now, unless
+    /// [`Cadence::fill`] grants it at once.
     pub fn new(rate: f64, tick: Duration, clock: C) -> Self {
         let rate = runnable(rate);
         // As long as any setting may be: a tick's tokens then fit governor's nanoseconds.
         let tick = tick.min(LONGEST);
-        let (bucket, quantum, part) = Self::empty_bucket(rate, tick, 1, &clock);
+        let (bucket, quantum, part) = Self::bucket(rate, tick, 1, 0, &clock);
         Cadence {
             bucket,
             clock,
@@ -68,11 +68,13 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
     /// over to the next tick instead of being lost, while the pipeline still asks for at
     /// most `quantum` per tick, so no window exceeds it. In `parts`, it holds a part's
     /// worth (and the token): the rest of the tick's worth accrues across the tick. `rate`
-    /// is [`runnable`]. Returns the bucket, the quantum and the part.
-    fn empty_bucket(
+    /// is [`runnable`]. It holds `held` tokens, at most a part's worth. Returns the bucket,
+    /// the quantum and the part.
+    fn bucket(
         rate: f64,
         tick: Duration,
         parts: u32,
+        held: u32,
         clock: &C,
     ) -> (Option<Bucket<C>>, u32, u32) {
         if rate == 0.0 {
@@ -91,8 +93,20 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
             .allow_burst(burst);
         let bucket = RateLimiter::direct_with_clock(quota, clock.clone())
             .with_middleware::<StateInformationMiddleware>();
-        let _ = bucket.check_n(burst);
+        if let Some(spent) = NonZeroU32::new(burst.get() - held.min(part)) {
+            let _ = bucket.check_n(spent);
+        }
         (Some(bucket), quantum, part)
+    }
+
+    /// Grants a tick's worth (in parts, a part), but no more than `most`, at once, as if a
+    /// tick had just accrued: a run's first tick need not wait a tick for its first write
+    /// (told 400 rec/s, a drain of 5,000 records took 13.4 s where 12.5 s is the rate's
+    /// own). Windows of a tick's length hold what they hold at the steady cadence. `most`
+    /// is what the batch slots carry at once: a tick's worth beyond it accrues as it is
+    /// taken, so the ticks after do not find it all accrued and send it in one instant.
+    pub fn fill(&mut self, most: u32) {
+        (self.bucket, _, _) = Self::bucket(self.rate, self.tick, self.parts, most, &self.clock);
     }
 
     /// Most records one tick may hand out at the current rate.
@@ -172,7 +186,7 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
         if rate == self.rate && parts == self.parts {
             return;
         }
-        let (bucket, quantum, part) = Self::empty_bucket(rate, self.tick, parts, &self.clock);
+        let (bucket, quantum, part) = Self::bucket(rate, self.tick, parts, 0, &self.clock);
         self.bucket = bucket;
         self.quantum = quantum;
         self.part = part;
@@ -233,6 +247,19 @@ mod tests {
         assert_eq!(c.take(u32::MAX), 19, "tokens accrue continuously");
         let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
         assert_eq!(drain_windows(&mut c, &clock, 25), vec![20; 25]);
+    }
+
+    #[test]
+    fn filled_the_first_ticks_worth_goes_at_once_and_the_next_a_tick_later() {
+        let clock = FakeRelativeClock::default();
+        let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        c.fill(u32::MAX);
+        assert_eq!(c.take(u32::MAX), 20);
+        assert_eq!(c.take(u32::MAX), 0, "a tick's worth, no more");
+        assert_eq!(drain_windows(&mut c, &clock, 5), vec![20; 5]);
+        let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        c.fill(5);
+        assert_eq!(c.take(u32::MAX), 5, "no more than the slots carry at once");
     }
 
     #[test]

@@ -226,6 +226,12 @@ impl SinkLimit {
         }
     }
 
+    /// Slow start's round was answered: the share grows if planned at `now` (ticks `tick`
+    /// apart), which is then due.
+    pub fn slow_start_grows(&self, now: Duration, tick: Duration) -> bool {
+        self.first.grows(now, tick)
+    }
+
     /// Met for the first time, below the ceiling: slow start holds the rate.
     pub fn is_slow_starting(&self) -> bool {
         self.first.is_ramping()
@@ -282,7 +288,9 @@ impl SinkLimit {
         }
         let tick = shape.tick.as_secs_f64();
         // Only where a tick is coarse enough to part: a fine one is a part already.
-        let (share, parts) = self.first.plan(now, (rate * tick).max(0.0) as u64);
+        let (share, parts) = self
+            .first
+            .plan(now, shape.tick, (rate * tick).max(0.0) as u64);
         let parts = if shape.tick > MARKED_SAMPLE_MIN {
             parts
         } else {

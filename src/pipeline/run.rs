@@ -62,14 +62,17 @@ pub(super) struct Run {
 }
 
 impl Run {
-    /// The first tick comes at [`Pipeline::first_tick`], its rate planned as every
+    /// The first tick comes at once with its tick's worth, its rate planned as every
     /// tick's (a sink met for the first time is met at a share of it); the source is told
     /// how much to prefetch and the stats start from the configured limits.
     pub(super) async fn start(mut pipeline: Pipeline) -> Result<Run, PipelineError> {
         let started = Instant::now();
         pipeline.replan(&mut 0).await?;
-        let tick = pipeline.cadence.tick();
-        let mut ticker = tokio::time::interval_at(Instant::now() + pipeline.first_tick(), tick);
+        let all_slots = pipeline.max_batch * pipeline.options.max_in_flight;
+        pipeline
+            .cadence
+            .fill(u32::try_from(all_slots).unwrap_or(u32::MAX));
+        let mut ticker = tokio::time::interval(pipeline.cadence.tick());
         ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
         let backlog_at = Instant::now();
         pipeline.source.set_prefetch(pipeline.prefetch()).await?;
@@ -314,11 +317,15 @@ impl Run {
                 self.failure.get_or_insert(critical.into());
             }
         }
-        self.allowance = if p.pressure.is_paused() || self.held {
-            0
+        // What was banked before goes with it: a few records banked before the pause
+        // went alone once it ended, a request of 3 that a gateway counting requests
+        // refused (and paused the worker again).
+        if p.pressure.is_paused() || self.held {
+            self.allowance = 0;
+            self.banked = 0;
         } else {
-            fresh
-        };
+            self.allowance = fresh;
+        }
         self.rate_due = true;
         self.watch_due = true;
         p.stats.source_up.store(p.source.is_up(), Relaxed);
@@ -356,12 +363,18 @@ impl Run {
     }
 
     /// A batch settled: its positions are acknowledged; a fatal sink error or a failed
-    /// task stops the run once the others are finished.
+    /// task stops the run once the others are finished. An answer that closes slow
+    /// start's round has the rate planned at once: it grows from the answer, not a tick
+    /// later.
     pub(super) async fn on_settled(&mut self, done: DeliveryResult) {
         match done {
             Ok(Ok(positions)) => {
                 if let Err(e) = self.pipeline.source.ack(&positions).await {
                     self.failure.get_or_insert(e.into());
+                }
+                let p = &self.pipeline;
+                if p.pressure.slow_start_grows(p.cadence.tick()) {
+                    self.rate_due = true;
                 }
             }
             Ok(Err(fatal)) => {

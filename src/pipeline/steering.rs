@@ -3,7 +3,6 @@
 //! how much the source may prefetch for them.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::Duration;
 
 use super::Pipeline;
 use crate::control::bounded_by::{CEILING, SINK_PUSH_BACK, SLOW_START};
@@ -77,20 +76,6 @@ impl Pipeline {
             self.source.set_prefetch(self.prefetch()).await?;
         }
         Ok(())
-    }
-
-    /// The first tick comes once the cadence (which starts empty) holds a full batch for
-    /// every slot, at the latest one tick from now: at a rate no batch slot can keep up
-    /// with (limits off), waiting a whole tick would only delay the first row.
-    pub(super) fn first_tick(&self) -> Duration {
-        let rate = self.cadence.rate();
-        let all_slots = (self.max_batch * self.options.max_in_flight) as f64;
-        let tick = self.cadence.tick();
-        if rate > 0.0 {
-            tick.min(Duration::from_secs_f64(all_slots / rate))
-        } else {
-            tick
-        }
     }
 
     /// Batches allowed in flight now: the concurrency limit, never above the configured max.

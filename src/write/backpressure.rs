@@ -377,6 +377,13 @@ impl Backpressure {
         self.lock().limit.is_slow_starting()
     }
 
+    /// Slow start's round was answered: a plan now grows the rate (ticks `tick` apart)
+    /// from now rather than from the next tick.
+    pub fn slow_start_grows(&self, tick: Duration) -> bool {
+        let now = self.now();
+        self.lock().limit.slow_start_grows(now, tick)
+    }
+
     /// The sink could not be reached or did not answer: nothing about its capacity.
     pub fn unavailable(&self) {
         self.lock().limit.on_outage();

@@ -6,6 +6,11 @@
 //! bound the overshoot: the first refused request carries a part of a tick, not all of it
 //! (at four times a 800 rec/s sink's capacity and a 200 ms tick, 160 records, not 640).
 //!
+//! The share grows as soon as a round is answered (the pipeline plans again then, as TCP
+//! grows its window on the acknowledgement), not at the tick after: a round's writes go at
+//! a tick and are answered within it, so growth at the next tick's plan came a whole tick
+//! late. It grows at most once a tick, however many parts are answered within it.
+//!
 //! It ends at the first push-back, or `linger` after the share reached the whole ceiling
 //! with none: a sink whose burst lasts longer than that is met with whole ticks.
 //!
@@ -61,6 +66,8 @@ pub struct FirstContact {
     round_from: Duration,
     /// The round closed: the share grows at the next plan.
     closed: bool,
+    /// When the share last grew: it grows again no sooner than most of a tick later.
+    grown_at: Option<Duration>,
     /// When the share reached the whole ceiling.
     whole_since: Option<Duration>,
     /// The share a push-back ended the climb at: where it resumes if that push-back is
@@ -77,6 +84,7 @@ impl FirstContact {
             share,
             round_from: Duration::ZERO,
             closed: false,
+            grown_at: None,
             whole_since: None,
             cut_at: None,
             over: share >= 1.0 && params.parts <= 1,
@@ -100,15 +108,27 @@ impl FirstContact {
         !self.over && self.share < 1.0
     }
 
+    /// A round was answered and the share grows when planned at `now`, ticks `tick` apart:
+    /// plan now. Once a tick: a tick's parts answered after a growth are not another round
+    /// (a tenth of a tick's slack for answers that come a little sooner than the last).
+    pub fn grows(&self, now: Duration, tick: Duration) -> bool {
+        !self.over
+            && self.closed
+            && self.share < 1.0
+            && self.grown_at.is_none_or(|at| now >= at + tick.mul_f64(0.9))
+    }
+
     /// The share of the ceiling to run at from `now`, and the parts a tick of `quantum`
-    /// records goes as.
-    pub fn plan(&mut self, now: Duration, quantum: u64) -> (f64, u32) {
+    /// records goes as; ticks are `tick` apart.
+    pub fn plan(&mut self, now: Duration, tick: Duration, quantum: u64) -> (f64, u32) {
         if self.over {
             return (1.0, 1);
         }
-        if std::mem::take(&mut self.closed) && self.share < 1.0 {
+        if self.grows(now, tick) {
+            self.closed = false;
             self.share = (self.share * self.params.growth.max(1.0)).min(1.0);
             self.round_from = now;
+            self.grown_at = Some(now);
             if self.share >= 1.0 {
                 self.whole_since = Some(now);
             }
@@ -169,13 +189,15 @@ mod tests {
     use super::*;
     use crate::testing::ms;
 
+    const TICK: Duration = Duration::from_millis(200);
+
     #[test]
     fn doubles_once_per_answered_round_then_ends_after_lingering_at_the_ceiling() {
         let mut contact = FirstContact::new(FirstContactParams::default());
         let mut shares = Vec::new();
         for i in 1..=20u64 {
             let now = ms(200 * i);
-            let (share, _) = contact.plan(now, 640);
+            let (share, _) = contact.plan(now, TICK, 640);
             shares.push(share);
             // Every part of the tick is answered: one round, one growth.
             contact.answered(now);
@@ -184,22 +206,41 @@ mod tests {
         assert_eq!(shares[..6], [0.125, 0.25, 0.5, 1.0, 1.0, 1.0], "{shares:?}");
         // The whole ceiling from 0.8 s, 2 s of it: over at 2.8 s (the 14th tick).
         assert!(contact.is_over());
-        assert_eq!(contact.plan(ms(4200), 640), (1.0, 1));
+        assert_eq!(contact.plan(ms(4200), TICK, 640), (1.0, 1));
     }
 
     #[test]
     fn an_answer_to_a_write_sent_before_the_share_grew_closes_no_round() {
         let mut contact = FirstContact::new(FirstContactParams::default());
-        contact.plan(ms(200), 640);
+        contact.plan(ms(200), TICK, 640);
         contact.answered(ms(200));
-        assert_eq!(contact.plan(ms(400), 640).0, 0.25);
+        assert_eq!(contact.plan(ms(400), TICK, 640).0, 0.25);
         // A slow answer to the write of 200 ms: sent before this share was planned.
         contact.answered(ms(300));
-        assert_eq!(contact.plan(ms(600), 640).0, 0.25);
+        assert_eq!(contact.plan(ms(600), TICK, 640).0, 0.25);
         // Nothing answered: no growth.
-        assert_eq!(contact.plan(ms(800), 640).0, 0.25);
+        assert_eq!(contact.plan(ms(800), TICK, 640).0, 0.25);
         contact.answered(ms(700));
-        assert_eq!(contact.plan(ms(1000), 640).0, 0.5);
+        assert_eq!(contact.plan(ms(1000), TICK, 640).0, 0.5);
+    }
+
+    #[test]
+    fn grows_on_the_answer_once_a_tick() {
+        let mut contact = FirstContact::new(FirstContactParams::default());
+        assert_eq!(contact.plan(ms(0), TICK, 640).0, 0.125);
+        assert!(!contact.grows(ms(5), TICK), "nothing answered yet");
+        contact.answered(ms(0));
+        // Answered 7 ms in: the share grows then, not at the next tick.
+        assert!(contact.grows(ms(7), TICK));
+        assert_eq!(contact.plan(ms(7), TICK, 640).0, 0.25);
+        // A part of the same tick sent after the growth and answered: not another round
+        // within the tick.
+        contact.answered(ms(50));
+        assert!(!contact.grows(ms(57), TICK));
+        assert_eq!(contact.plan(ms(57), TICK, 640).0, 0.25);
+        // The next tick's plan grows it (an answer 6 ms sooner than the last is in time).
+        assert!(contact.grows(ms(201), TICK));
+        assert_eq!(contact.plan(ms(201), TICK, 640).0, 0.5);
     }
 
     #[test]
@@ -208,25 +249,25 @@ mod tests {
             from: 1.0,
             ..FirstContactParams::default()
         });
-        assert_eq!(contact.plan(ms(200), 640), (1.0, 4));
-        assert_eq!(contact.plan(ms(400), 160), (1.0, 3));
-        assert_eq!(contact.plan(ms(600), 80), (1.0, 1));
-        assert_eq!(contact.plan(ms(800), 20), (1.0, 1));
+        assert_eq!(contact.plan(ms(200), TICK, 640), (1.0, 4));
+        assert_eq!(contact.plan(ms(400), TICK, 160), (1.0, 3));
+        assert_eq!(contact.plan(ms(600), TICK, 80), (1.0, 1));
+        assert_eq!(contact.plan(ms(800), TICK, 20), (1.0, 1));
     }
 
     #[test]
     fn a_misread_push_back_resumes_the_climb_where_it_was() {
         let mut contact = FirstContact::new(FirstContactParams::default());
-        contact.plan(ms(200), 640);
+        contact.plan(ms(200), TICK, 640);
         contact.answered(ms(200));
-        assert_eq!(contact.plan(ms(400), 640).0, 0.25);
+        assert_eq!(contact.plan(ms(400), TICK, 640).0, 0.25);
         // The round at an eighth, half this one, was taken whole.
         assert_eq!(contact.pushed_back(), Some(0.5));
-        assert_eq!(contact.plan(ms(600), 640).0, 1.0);
+        assert_eq!(contact.plan(ms(600), TICK, 640).0, 1.0);
         assert!(contact.resume());
-        assert_eq!(contact.plan(ms(800), 640).0, 0.25);
+        assert_eq!(contact.plan(ms(800), TICK, 640).0, 0.25);
         contact.answered(ms(800));
-        assert_eq!(contact.plan(ms(1000), 640).0, 0.5);
+        assert_eq!(contact.plan(ms(1000), TICK, 640).0, 0.5);
         // Once only, and never after the climb ended at the ceiling.
         assert_eq!(contact.pushed_back(), Some(0.5));
         assert!(contact.resume());
@@ -236,10 +277,10 @@ mod tests {
     #[test]
     fn a_push_back_ends_it_at_once() {
         let mut contact = FirstContact::new(FirstContactParams::default());
-        assert_eq!(contact.plan(ms(200), 640), (0.125, 1));
+        assert_eq!(contact.plan(ms(200), TICK, 640), (0.125, 1));
         // No round before the first: nothing known taken.
         assert_eq!(contact.pushed_back(), None);
         assert!(contact.is_over());
-        assert_eq!(contact.plan(ms(400), 640), (1.0, 1));
+        assert_eq!(contact.plan(ms(400), TICK, 640), (1.0, 1));
     }
 }
