@@ -174,7 +174,8 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
     }
 
     /// Changes the rate. The new bucket starts empty at this instant: called right after a
-    /// tick's `take`, the next tick gets exactly one new quantum, never a burst.
+    /// tick's `take`, the next tick gets exactly one new quantum, never a burst; called
+    /// within a tick, what is left of it accrues at the new rate.
     pub fn set_rate(&mut self, rate: f64) {
         self.set_rate_in_parts(rate, 1);
     }

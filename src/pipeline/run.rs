@@ -215,8 +215,9 @@ impl Run {
         true
     }
 
-    /// After a tick's take: the rate and batch size for the ticks to come
-    /// ([`Pipeline::replan`]); and if the tick pulled nothing, the source is watched.
+    /// After a tick's take (or an answer that grew slow start's share): the rate and batch
+    /// size for the ticks to come ([`Pipeline::replan`]); and if the tick pulled nothing,
+    /// the source is watched.
     pub(super) async fn after_the_take(&mut self) {
         if std::mem::take(&mut self.rate_due)
             && let Err(e) = self.pipeline.replan(&mut self.banked).await

@@ -14,8 +14,9 @@ impl Pipeline {
     /// target (static, leased, or the source's share of a capacity), capped by the
     /// worker's own ceiling, the operator's controls and the probes' targets, then scaled
     /// by what the sink's push-back allows. The one place the cadence's rate is set; the
-    /// next tick gets exactly one new quantum at it, and what set it is noted (for
-    /// "bounded by").
+    /// next tick gets exactly one new quantum at it (planned mid-tick, on an answer that
+    /// grew slow start's share, the rest of the tick accrues at the new rate), and what set
+    /// it is noted (for "bounded by").
     pub(super) async fn replan(&mut self, banked: &mut u64) -> Result<(), SourceError> {
         let (quantum, before) = (self.cadence.quantum(), self.batch);
         if let Some((capacity, reserved)) = self.options.capacity_by_share
