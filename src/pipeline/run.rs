@@ -219,10 +219,20 @@ impl Run {
     /// size for the ticks to come ([`Pipeline::replan`]); and if the tick pulled nothing,
     /// the source is watched.
     pub(super) async fn after_the_take(&mut self) {
-        if std::mem::take(&mut self.rate_due)
-            && let Err(e) = self.pipeline.replan(&mut self.banked).await
-        {
-            self.failure.get_or_insert(e.into());
+        if std::mem::take(&mut self.rate_due) {
+            let before = u64::from(self.pipeline.cadence.quantum());
+            if let Err(e) = self.pipeline.replan(&mut self.banked).await {
+                self.failure.get_or_insert(e.into());
+            }
+            // What is left of the tick's grant, to take or taken and not yet sent, shrinks
+            // with the rate. Granted at the old rate and accruing at the new one, a record
+            // of it went alone a few ms after the rest (25 + 1 where the rate fell from 26
+            // records a tick to 25); taken and kept, it went with the next tick's worth
+            // (35 + 47 in one request at 48 a tick, just after the sink pushed back).
+            let cut = before.saturating_sub(u64::from(self.pipeline.cadence.quantum()));
+            let from_allowance = cut.min(self.allowance);
+            self.allowance -= from_allowance;
+            self.banked = self.banked.saturating_sub(cut - from_allowance);
         }
         if std::mem::take(&mut self.watch_due) && !self.stopping() {
             // This tick pulled nothing: the source still hears of new records, which is
@@ -324,8 +334,14 @@ impl Run {
         if p.pressure.is_paused() || self.held {
             self.allowance = 0;
             self.banked = 0;
-        } else {
+        } else if p.batch > p.cadence.quantum() as usize {
+            // Banking into whole batches: what was banked waits for the rest of a batch.
             self.allowance = fresh;
+        } else {
+            // Taken last tick and not yet sent (its worth accrued just before this tick),
+            // it goes as part of this tick's worth, not beside it: with it, the tick's
+            // worth went as 23 and the record left over alone 10 ms later.
+            self.allowance = fresh.saturating_sub(self.banked);
         }
         self.rate_due = true;
         self.watch_due = true;

@@ -134,16 +134,7 @@ fn pipeline_meeting(
         Cadence::new(rate, Duration::from_millis(200), TokioClock::default()),
         write_path(sink.clone(), max_in_flight, slow_start, stats.clone()),
         stats,
-        RunOptions {
-            until_empty: true,
-            max_records: None,
-            max_batch,
-            max_batch_bytes: None,
-            max_in_flight,
-            grace: Duration::from_secs(30),
-            capacity_by_share: None,
-            rate_ceiling: None,
-        },
+        drain_options(max_in_flight, max_batch),
     );
     (p, sink, acked)
 }
@@ -167,6 +158,20 @@ fn write_path(
         ..WriteSettings::default()
     };
     WritePath::new(sink, &settings, stats)
+}
+
+/// A drain to the end of the source, at most `max_in_flight` batches of `max_batch`.
+fn drain_options(max_in_flight: usize, max_batch: usize) -> RunOptions {
+    RunOptions {
+        until_empty: true,
+        max_records: None,
+        max_batch,
+        max_batch_bytes: None,
+        max_in_flight,
+        grace: Duration::from_secs(30),
+        capacity_by_share: None,
+        rate_ceiling: None,
+    }
 }
 
 /// Records written in each 200 ms window, indexed by window (window k ends at k × 200 ms).
@@ -329,16 +334,7 @@ async fn shutdown_during_a_retry_after_pause_stops_at_once_and_acknowledges_noth
         Cadence::new(100.0, Duration::from_millis(200), TokioClock::default()),
         write_path(sink.clone(), 4, false, stats.clone()),
         stats,
-        RunOptions {
-            until_empty: true,
-            max_records: None,
-            max_batch: 1000,
-            max_batch_bytes: None,
-            max_in_flight: 4,
-            grace: Duration::from_secs(30),
-            capacity_by_share: None,
-            rate_ceiling: None,
-        },
+        drain_options(4, 1000),
     );
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
@@ -418,16 +414,7 @@ async fn a_worker_granted_nothing_still_watches_its_source() {
         Cadence::new(0.0, Duration::from_millis(200), TokioClock::default()),
         write_path(sink.clone(), 4, false, stats.clone()),
         stats.clone(),
-        RunOptions {
-            until_empty: true,
-            max_records: None,
-            max_batch: 1000,
-            max_batch_bytes: None,
-            max_in_flight: 4,
-            grace: Duration::from_secs(30),
-            capacity_by_share: None,
-            rate_ceiling: None,
-        },
+        drain_options(4, 1000),
     );
     let rate = p.target_rate();
     rate.set(0.0);
@@ -496,4 +483,119 @@ async fn a_slot_waiting_for_the_bucket_is_filled_as_it_refills() {
     }
     let most = at_once.values().max().copied().unwrap_or(0);
     assert!(most <= 2, "{most} writes in one instant: {at_once:?}");
+}
+
+/// Refuses one write, the `refuse`-th (from 0), answering `retry_after`; takes the rest.
+struct RefusesOnce {
+    start: Instant,
+    refuse: usize,
+    retry_after: Option<Duration>,
+    seen: AtomicUsize,
+    writes: Mutex<Vec<(Duration, usize)>>,
+}
+
+impl RefusesOnce {
+    fn new(refuse: usize, retry_after: Option<Duration>) -> Self {
+        RefusesOnce {
+            start: Instant::now(),
+            refuse,
+            retry_after,
+            seen: AtomicUsize::new(0),
+            writes: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for RefusesOnce {
+    async fn write(&self, rows: &[Row]) -> WriteOutcome {
+        if self.seen.fetch_add(1, Ordering::SeqCst) == self.refuse {
+            return WriteOutcome::Throttled {
+                retry_after: self.retry_after,
+                unit: None,
+                reason: "HTTP 429".into(),
+            };
+        }
+        self.writes
+            .lock()
+            .unwrap()
+            .push((self.start.elapsed(), rows.len()));
+        WriteOutcome::Written {
+            inserted: rows.len() as u64,
+            duplicates: 0,
+        }
+    }
+    async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
+        WriteOutcome::Written {
+            inserted: letters.len() as u64,
+            duplicates: 0,
+        }
+    }
+}
+
+/// Drains 3,000 records at 2,000 rec/s into `sink`, met by slow start (4 slots, batches
+/// of up to 1,000); returns every write but the last that carried fewer than 10 records.
+async fn writes_alone(sink: Arc<RefusesOnce>) -> Vec<(Duration, usize)> {
+    let acked = Arc::new(AtomicUsize::new(0));
+    let stats = Arc::new(Stats::default());
+    let p = Pipeline::new(
+        Box::new(CountingSource {
+            next: 0,
+            total: 3_000,
+            acked: acked.clone(),
+        }),
+        Decoder::new(Some("/id".into())),
+        Cadence::new(2_000.0, Duration::from_millis(200), TokioClock::default()),
+        write_path(sink.clone(), 4, true, stats.clone()),
+        stats,
+        drain_options(4, 1000),
+    );
+    let summary = p.run(CancellationToken::new()).await.unwrap();
+    assert_eq!(summary.written, 3_000);
+    assert_eq!(acked.load(Ordering::SeqCst), 3_000);
+    let writes = sink.writes.lock().unwrap().clone();
+    writes[..writes.len() - 1]
+        .iter()
+        .filter(|(_, n)| *n < 10)
+        .copied()
+        .collect()
+}
+
+/// Slow start at 2,000 rec/s meets a refusal, then the learned limit moves a record a tick
+/// up or down as the worker probes: a tick granted at the old rate and accruing at the new
+/// one sent its last record alone a few ms after the rest (25 + 1, six times in a drain).
+#[tokio::test(start_paused = true)]
+async fn a_rate_change_sends_no_record_alone() {
+    let sink = Arc::new(RefusesOnce::new(0, None));
+    let alone = writes_alone(sink.clone()).await;
+    let sizes: std::collections::BTreeSet<usize> = sink
+        .writes
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, n)| *n)
+        .collect();
+    assert!(sizes.len() > 2, "the rate moved: {sizes:?}");
+    assert!(alone.is_empty(), "{alone:?}");
+}
+
+/// A refusal anywhere in slow start's climb, with any pause: no record goes alone after it.
+/// Two ways one did: the rate cut at the refusal left records taken at the old rate to go
+/// with the next tick's worth (35 + 47 at 48 a tick), and a tick's worth that accrued just
+/// before the next tick went with it, its last record alone 10 ms later (23 + 1).
+#[tokio::test(start_paused = true)]
+async fn a_refusal_in_slow_start_leaves_no_record_to_go_alone() {
+    for refuse in 1..8 {
+        for retry_after in [60, 90, 130, 170, 230, 410] {
+            let sink = Arc::new(RefusesOnce::new(
+                refuse,
+                Some(Duration::from_millis(retry_after)),
+            ));
+            let alone = writes_alone(sink).await;
+            assert!(
+                alone.is_empty(),
+                "refusing write {refuse}, {retry_after} ms: {alone:?}"
+            );
+        }
+    }
 }
