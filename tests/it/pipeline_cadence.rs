@@ -122,6 +122,28 @@ fn pipeline_meeting(
         in_flight: AtomicUsize::new(0),
         peak_in_flight: AtomicUsize::new(0),
     });
+    let (p, acked) = drain_into(
+        sink.clone(),
+        rate,
+        total,
+        max_in_flight,
+        max_batch,
+        slow_start,
+    );
+    (p, sink, acked)
+}
+
+/// A pipeline draining `total` records into `sink` at `rate` (200 ms ticks), at most
+/// `max_in_flight` batches of `max_batch`, meeting the sink with slow start when
+/// `slow_start`; with the count of what the source acknowledged.
+fn drain_into(
+    sink: Arc<dyn Sink>,
+    rate: f64,
+    total: u64,
+    max_in_flight: usize,
+    max_batch: usize,
+    slow_start: bool,
+) -> (Pipeline, Arc<AtomicUsize>) {
     let acked = Arc::new(AtomicUsize::new(0));
     let stats = Arc::new(Stats::default());
     let p = Pipeline::new(
@@ -132,11 +154,11 @@ fn pipeline_meeting(
         }),
         Decoder::new(Some("/id".into())),
         Cadence::new(rate, Duration::from_millis(200), TokioClock::default()),
-        write_path(sink.clone(), max_in_flight, slow_start, stats.clone()),
+        write_path(sink, max_in_flight, slow_start, stats.clone()),
         stats,
         drain_options(max_in_flight, max_batch),
     );
-    (p, sink, acked)
+    (p, acked)
 }
 
 /// The write path as the worker builds it, with a fixed limit of `max_in_flight`.
@@ -322,20 +344,7 @@ async fn shutdown_during_a_retry_after_pause_stops_at_once_and_acknowledges_noth
     let sink = Arc::new(ThrottlingSink {
         writes: AtomicUsize::new(0),
     });
-    let acked = Arc::new(AtomicUsize::new(0));
-    let stats = Arc::new(Stats::default());
-    let p = Pipeline::new(
-        Box::new(CountingSource {
-            next: 0,
-            total: 1_000,
-            acked: acked.clone(),
-        }),
-        Decoder::new(Some("/id".into())),
-        Cadence::new(100.0, Duration::from_millis(200), TokioClock::default()),
-        write_path(sink.clone(), 4, false, stats.clone()),
-        stats,
-        drain_options(4, 1000),
-    );
+    let (p, acked) = drain_into(sink.clone(), 100.0, 1_000, 4, 1000, false);
     let shutdown = CancellationToken::new();
     let trigger = shutdown.clone();
     let run = tokio::spawn(p.run(shutdown));
@@ -536,20 +545,7 @@ impl Sink for RefusesOnce {
 /// Drains 3,000 records at 2,000 rec/s into `sink`, met by slow start (4 slots, batches
 /// of up to 1,000); returns every write but the last that carried fewer than 10 records.
 async fn writes_alone(sink: Arc<RefusesOnce>) -> Vec<(Duration, usize)> {
-    let acked = Arc::new(AtomicUsize::new(0));
-    let stats = Arc::new(Stats::default());
-    let p = Pipeline::new(
-        Box::new(CountingSource {
-            next: 0,
-            total: 3_000,
-            acked: acked.clone(),
-        }),
-        Decoder::new(Some("/id".into())),
-        Cadence::new(2_000.0, Duration::from_millis(200), TokioClock::default()),
-        write_path(sink.clone(), 4, true, stats.clone()),
-        stats,
-        drain_options(4, 1000),
-    );
+    let (p, acked) = drain_into(sink.clone(), 2_000.0, 3_000, 4, 1000, true);
     let summary = p.run(CancellationToken::new()).await.unwrap();
     assert_eq!(summary.written, 3_000);
     assert_eq!(acked.load(Ordering::SeqCst), 3_000);
