@@ -63,6 +63,14 @@ impl Source for CountingSource {
     }
 }
 
+/// Every row taken, none a duplicate.
+fn written(rows: usize) -> WriteOutcome {
+    WriteOutcome::Written {
+        inserted: rows as u64,
+        duplicates: 0,
+    }
+}
+
 /// Records (time since start, rows) of every write; optionally takes `latency` per write.
 struct TimingSink {
     start: Instant,
@@ -83,16 +91,10 @@ impl Sink for TimingSink {
             .push((self.start.elapsed(), rows.len()));
         tokio::time::sleep(self.latency).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        WriteOutcome::Written {
-            inserted: rows.len() as u64,
-            duplicates: 0,
-        }
+        written(rows.len())
     }
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
-        WriteOutcome::Written {
-            inserted: letters.len() as u64,
-            duplicates: 0,
-        }
+        written(letters.len())
     }
 }
 
@@ -332,10 +334,7 @@ impl Sink for ThrottlingSink {
         }
     }
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
-        WriteOutcome::Written {
-            inserted: letters.len() as u64,
-            duplicates: 0,
-        }
+        written(letters.len())
     }
 }
 
@@ -529,16 +528,10 @@ impl Sink for RefusesOnce {
             .lock()
             .unwrap()
             .push((self.start.elapsed(), rows.len()));
-        WriteOutcome::Written {
-            inserted: rows.len() as u64,
-            duplicates: 0,
-        }
+        written(rows.len())
     }
     async fn dead_letter(&self, letters: &[DeadLetter]) -> WriteOutcome {
-        WriteOutcome::Written {
-            inserted: letters.len() as u64,
-            duplicates: 0,
-        }
+        written(letters.len())
     }
 }
 
