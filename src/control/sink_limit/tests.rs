@@ -138,8 +138,8 @@ fn index(at: Duration) -> usize {
     (at.as_nanos() / WINDOW.as_nanos()) as usize
 }
 
-/// Runs the worker's control loop against the emulated sink, one step per tick; a write is
-/// answered at once.
+/// Runs the worker's control loop against the emulated sink, one step per tick, the first
+/// at once (as the worker's first tick is); a write is answered at once.
 pub(super) fn drive(setup: Setup) -> Outcome {
     let params = LimitParams {
         first_contact: setup.first_contact,
@@ -164,8 +164,11 @@ pub(super) fn drive(setup: Setup) -> Outcome {
     // A throttled batch, sent again first.
     let mut owed: Option<usize> = None;
     let mut now = Duration::ZERO;
+    let mut first = true;
     while now < setup.run_for {
-        now += setup.tick;
+        if !std::mem::take(&mut first) {
+            now += setup.tick;
+        }
         let shape = BatchShape {
             tick: setup.tick,
             max_batch: setup.max_batch,
@@ -435,7 +438,9 @@ fn a_slow_records_sink_is_not_taken_for_a_request_limit() {
             out.rate(secs(15), secs(30)) >= 0.9 * 20.0,
             "asked {ceiling}"
         );
-        assert!(out.sent_per_delivered() <= 1.05, "asked {ceiling}");
+        // 1.043 asked 80 with the first tick 200 ms in, 1.051 with it at once (as the
+        // worker sends it): a few records more refused of 600.
+        assert!(out.sent_per_delivered() <= 1.06, "asked {ceiling}");
     }
 }
 
