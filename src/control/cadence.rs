@@ -109,6 +109,16 @@ impl<C: Clock<Instant = Nanos> + Clone> Cadence<C> {
         (self.bucket, _, _) = Self::bucket(self.rate, self.tick, self.parts, most, &self.clock);
     }
 
+    /// Starts the bucket again holding only what `accrued` at the rate would, at most a
+    /// part's worth: what the sink had room for before a refused write went again was
+    /// spent by it, so records granted earlier must not follow it at once.
+    pub fn restart(&mut self, accrued: Duration) {
+        let held = (self.rate * accrued.as_secs_f64())
+            .floor()
+            .min(f64::from(u32::MAX)) as u32;
+        (self.bucket, _, _) = Self::bucket(self.rate, self.tick, self.parts, held, &self.clock);
+    }
+
     /// Most records one tick may hand out at the current rate.
     pub fn quantum(&self) -> u32 {
         self.quantum
@@ -261,6 +271,22 @@ mod tests {
         let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
         c.fill(5);
         assert_eq!(c.take(u32::MAX), 5, "no more than the slots carry at once");
+    }
+
+    #[test]
+    fn restarted_it_holds_only_what_accrued_since() {
+        let clock = FakeRelativeClock::default();
+        let mut c = Cadence::new(100.0, Duration::from_millis(200), clock.clone());
+        clock.advance(Duration::from_millis(200));
+        // A refused write went again 50 ms ago: the tick's worth accrued before it is void.
+        c.restart(Duration::from_millis(50));
+        assert_eq!(c.take(u32::MAX), 5);
+        clock.advance(Duration::from_millis(150));
+        assert_eq!(c.take(u32::MAX), 15);
+        // Never more than a tick's worth, however long ago.
+        clock.advance(Duration::from_millis(200));
+        c.restart(Duration::from_secs(60));
+        assert_eq!(c.take(u32::MAX), 20);
     }
 
     #[test]

@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use super::taken::{MARKED_SAMPLE_MIN, Pushback, Taken};
+use super::taken::{MARKED_SAMPLE_MIN, Pushback, SAMPLE_MAX, Taken};
 use crate::settings::bounds::MOST_RATE;
 
 pub use first_contact::{FirstContact, FirstContactParams};
@@ -46,6 +46,11 @@ type Delivered = PerUnit<Option<f64>>;
 const EXPERIMENT_SHOWS: f64 = 1.05;
 /// Throttles of settled writes that end an experiment: volume is the unit.
 const EXPERIMENT_FAILS_AFTER: u32 = 2;
+/// How long after first contact ends ticks go in sample-sized parts, at most: as long as
+/// the next push-back can close a sample, which comes the later the nearer the first guess
+/// is to the capacity. A guess below it brings none, and requests go in twice as many
+/// parts meanwhile.
+const SAMPLING_FOR: Duration = SAMPLE_MAX;
 
 /// A write the sink refused with a throttle.
 #[derive(Debug, Clone, Copy)]
@@ -166,6 +171,12 @@ pub struct SinkLimit {
     climbed: Option<f64>,
     /// The most records per second the sink was measured taking at a push-back.
     took_most: f64,
+    /// After the push-back that ended first contact, until the sample that measures the
+    /// sink closes (or this time passes): ticks go in parts of at least a sample's span,
+    /// so the push-back that closes it refuses a part of the first guess's tick, not all.
+    sampling_until: Option<Duration>,
+    /// Push-backs learned from so far: the plan is due at each new one.
+    lessons: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -191,6 +202,8 @@ impl SinkLimit {
             first: FirstContact::new(params.first_contact),
             climbed: None,
             took_most: 0.0,
+            sampling_until: None,
+            lessons: 0,
             params,
             limits: PerUnit::default(),
             binding: None,
@@ -235,6 +248,19 @@ impl SinkLimit {
     /// Met for the first time, below the ceiling: slow start holds the rate.
     pub fn is_slow_starting(&self) -> bool {
         self.first.is_ramping()
+    }
+
+    /// How many push-backs have been learned from: at each new one the plan is due.
+    pub fn lessons(&self) -> u64 {
+        self.lessons
+    }
+
+    /// While the quiet after the first push-back lasts, at a tick too coarse for the plan
+    /// to skip (it would skip most of a tick's sending): how long it has left. Fresh
+    /// records wait for it; a part's worth goes at its end.
+    pub fn quiet_for(&self, now: Duration, tick: Duration) -> Option<Duration> {
+        let until = self.quiet_until?;
+        (tick > MARKED_SAMPLE_MIN / 2 && now < until).then(|| until - now)
     }
 
     pub fn is_experimenting(&self) -> bool {
@@ -291,10 +317,15 @@ impl SinkLimit {
         let (share, parts) = self
             .first
             .plan(now, shape.tick, (rate * tick).max(0.0) as u64);
-        let parts = if shape.tick > MARKED_SAMPLE_MIN {
-            parts
-        } else {
+        let parts = if shape.tick <= MARKED_SAMPLE_MIN {
             1
+        } else if self.sampling_until.is_some_and(|until| now < until)
+            && !self.is_experimenting()
+            && self.binding != Some(Binding::Only(Unit::Requests))
+        {
+            self.sample_parts(shape.tick, (rate * share * tick).max(0.0) as u64)
+        } else {
+            parts
         };
         rate *= share;
         let floor = p.min_multiplier * self.floor_base(ceiling);
@@ -340,6 +371,15 @@ impl SinkLimit {
         self.last_plan
     }
 
+    /// The parts a tick of `quantum` records goes as while a sample is open: each at least
+    /// a sample's span of the tick, and first contact's least part.
+    fn sample_parts(&self, tick: Duration, quantum: u64) -> u32 {
+        let fc = self.params.first_contact;
+        let by_span = (tick.as_secs_f64() / MARKED_SAMPLE_MIN.as_secs_f64()).floor() as u64;
+        let by_size = quantum / fc.least_part.max(1);
+        by_span.min(by_size).clamp(1, u64::from(fc.parts.max(1))) as u32
+    }
+
     /// What `throttle.min_multiplier` is a share of: the ceiling, or without one of ours
     /// (`rate = "auto"`, `"off"`: the fastest rate there is) the record limit learned.
     fn floor_base(&self, ceiling: f64) -> f64 {
@@ -353,6 +393,9 @@ impl SinkLimit {
     /// already acted on).
     pub fn on_throttle(&mut self, now: Duration, fresh: bool, write: Refused) {
         self.advance(now);
+        if !self.first.is_over() {
+            self.sampling_until = Some(now + SAMPLING_FOR);
+        }
         if let Some(before) = self.first.pushed_back() {
             self.climbed = Some(self.last_plan.records_per_second * before);
         }
@@ -468,6 +511,7 @@ impl SinkLimit {
     pub fn on_outage(&mut self) {
         self.pending = None;
         self.quiet_until = None;
+        self.sampling_until = None;
         self.in_outage = true;
         self.resumed_at = None;
         if let Phase::Experiment { .. } | Phase::Probe { .. } = self.phase {

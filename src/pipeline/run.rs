@@ -59,6 +59,8 @@ pub(super) struct Run {
     /// the next.
     tick_at: Instant,
     tick_quantum: u64,
+    /// The sink limit's lessons as of the last plan.
+    lessons: u64,
 }
 
 impl Run {
@@ -99,6 +101,7 @@ impl Run {
             held: false,
             tick_at: Instant::now(),
             tick_quantum: 0,
+            lessons: 0,
         })
     }
 
@@ -122,11 +125,19 @@ impl Run {
     /// Pulls and dispatches batches while a slot is free, something is allowed or banked,
     /// and the worker is neither paused nor held.
     pub(super) async fn fill_free_slots(&mut self, shutdown: &CancellationToken) {
+        if let Some(since) = self.pipeline.pressure.take_resent() {
+            // A refused write went again and spent the sink's room: what the cadence
+            // granted before must not follow it at once (a tick's 47 left over went 50 ms
+            // after a resend of 109, where the sink had refilled 40).
+            self.pipeline.cadence.restart(since);
+            self.banked = 0;
+        }
         while !self.stopping()
             && (self.allowance > 0 || self.banked > 0)
             && self.in_flight.len() < self.pipeline.max_in_flight()
             && !self.pipeline.pressure.is_paused()
             && !self.held
+            && self.quiet_for().is_none()
         {
             let Some(want) = self.take_a_batch() else {
                 break;
@@ -135,6 +146,13 @@ impl Run {
                 break;
             }
         }
+    }
+
+    /// The quiet after the sink first pushed back, if it lasts: a push-back within it
+    /// would be too near the first to measure the sink, and cost its records for nothing.
+    fn quiet_for(&self) -> Option<Duration> {
+        let p = &self.pipeline;
+        p.pressure.quiet_for(p.cadence.tick())
     }
 
     /// Takes what has accrued of the tick's allowance; returns the records to pull once a
@@ -281,6 +299,9 @@ impl Run {
             && !p.pressure.is_paused()
             && !self.held;
         refills.then(|| {
+            if let Some(wait) = p.pressure.quiet_for(p.cadence.tick()) {
+                return Instant::now() + wait;
+            }
             // A second that holds all the rate allows (workers sharing a pool) makes room
             // when its oldest records leave it: the tick's worth goes then, not a tick late.
             if let Some(wait) = p.cadence.second_full_for() {
@@ -381,8 +402,9 @@ impl Run {
 
     /// A batch settled: its positions are acknowledged; a fatal sink error or a failed
     /// task stops the run once the others are finished. An answer that closes slow
-    /// start's round has the rate planned at once: it grows from the answer, not a tick
-    /// later.
+    /// start's round, or the sample of a push-back the sink limit learns from, has the
+    /// rate planned at once: it changes from the answer, not a tick later (the rest of the
+    /// tick went at the guess the sample corrected, and was refused).
     pub(super) async fn on_settled(&mut self, done: DeliveryResult) {
         match done {
             Ok(Ok(positions)) => {
@@ -390,7 +412,9 @@ impl Run {
                     self.failure.get_or_insert(e.into());
                 }
                 let p = &self.pipeline;
-                if p.pressure.slow_start_grows(p.cadence.tick()) {
+                let lessons = p.pressure.lessons();
+                if p.pressure.slow_start_grows(p.cadence.tick()) || lessons != self.lessons {
+                    self.lessons = lessons;
                     self.rate_due = true;
                 }
             }

@@ -61,6 +61,8 @@ struct State {
     planned: f64,
     /// When the next resend of refused items may go.
     resend_at: Duration,
+    /// When a write the sink throttled last went again, until the pipeline hears of it.
+    resent_at: Option<Duration>,
     /// What the share of items refused item by item says.
     refusals: ItemRefusals,
     /// The rate never falls below this share of the ceiling (`throttle.min_multiplier`).
@@ -92,6 +94,7 @@ impl Backpressure {
                 record_bytes: None,
                 planned: rate.records_per_second.cadence_rate(),
                 resend_at: Duration::ZERO,
+                resent_at: None,
                 refusals: ItemRefusals::default(),
                 floor: throttle.min_multiplier,
                 kept: None,
@@ -382,6 +385,31 @@ impl Backpressure {
     pub fn slow_start_grows(&self, tick: Duration) -> bool {
         let now = self.now();
         self.lock().limit.slow_start_grows(now, tick)
+    }
+
+    /// A write the sink refused with a throttle goes again at `at`: the sink's room is
+    /// spent by it.
+    pub fn resent_after_throttle(&self, at: Duration) {
+        self.lock().resent_at = Some(at);
+    }
+
+    /// How long ago a refused write last went again, once: the cadence restarts from it.
+    pub fn take_resent(&self) -> Option<Duration> {
+        let at = self.lock().resent_at.take()?;
+        Some(self.now().saturating_sub(at))
+    }
+
+    /// How long fresh records wait for the quiet after the first push-back, at ticks
+    /// `tick` apart (see [`SinkLimit::quiet_for`]).
+    pub fn quiet_for(&self, tick: Duration) -> Option<Duration> {
+        let now = self.now();
+        self.lock().limit.quiet_for(now, tick)
+    }
+
+    /// How many push-backs the sink limit has learned from: a new one is planned from at
+    /// once, not at the next tick.
+    pub fn lessons(&self) -> u64 {
+        self.lock().limit.lessons()
     }
 
     /// The sink could not be reached or did not answer: nothing about its capacity.

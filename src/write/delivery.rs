@@ -170,7 +170,11 @@ impl Delivery {
             Pace::Turn => self.pressure.resend_turn(piece.rows.len()).await,
             Pace::Limit | Pace::Outage => {}
         }
-        self.pressure.clear_to_send().await
+        let at = self.pressure.clear_to_send().await;
+        if piece.pace == Pace::Retry && piece.throttles > 0 {
+            self.pressure.resent_after_throttle(at);
+        }
+        at
     }
 }
 

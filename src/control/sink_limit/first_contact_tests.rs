@@ -10,8 +10,9 @@ use super::*;
 /// 10,000-record backlog. Without first contact the first refused request is a tick at
 /// four times the capacity (640 records), and this model sends 1.087 records per
 /// delivered, as the bench measured (1.08); with it, a part of a tick is refused (160, at
-/// 0.85 s) and a tick at the first guess (205), which closes the sample: 1.034, where the
-/// bench reads 1.04 (160 at 0.86 s, then 217).
+/// 0.85 s) and a part of a tick at the first guess (103, at 1.5 s), which closes the
+/// sample: 1.024, where the bench reads 1.026–1.027 (160, then 101 or 109). Before the
+/// first guess's ticks went in parts it was a whole tick (205; the bench 217): 1.034.
 #[test]
 fn records_limited_sink_over_asked_as_in_the_bench() {
     let setup = Setup {
@@ -22,7 +23,7 @@ fn records_limited_sink_over_asked_as_in_the_bench() {
     report("bench e'", &setup, &out);
     assert_eq!(out.binding, Some(Unit::Records));
     assert!(
-        out.sent_per_delivered() <= 1.035,
+        out.sent_per_delivered() <= 1.025,
         "{}",
         out.sent_per_delivered()
     );

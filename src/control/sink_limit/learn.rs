@@ -56,6 +56,11 @@ const VOLUME_SAME: f64 = 0.05;
 impl SinkLimit {
     pub(super) fn learn(&mut self, s: Pending) {
         let last = self.last_plan;
+        self.lessons += 1;
+        if s.hint.is_some() || s.kind == Pushback::Sustained {
+            // Measured: no sample is open any more.
+            self.sampling_until = None;
+        }
         if let Some(unit) = s.hint {
             let limit = self.revised(unit, &s);
             self.limits = PerUnit::default();
@@ -279,6 +284,7 @@ impl SinkLimit {
     pub fn restore(&mut self, now: Duration, records_per_second: f64) {
         self.pending = None;
         self.quiet_until = None;
+        self.sampling_until = None;
         self.volume_learned = None;
         if self.first.resume() {
             // The push-back that ended slow start was none: what was learned from it and

@@ -224,3 +224,35 @@ fn without_a_ceiling_the_learned_limit_binds_and_the_floor_is_a_share_of_it() {
     );
     assert!(quiet.records_per_second <= 0.05 * 350.0 + 1e-9, "{quiet:?}");
 }
+
+/// After the push-back that ended first contact, a coarse tick goes in parts a sample's
+/// span apart (100 ms at a 200 ms tick), so the next push-back, which closes the sample,
+/// refuses a part of the first guess's tick and not all of it; an outage or four seconds
+/// without one end it. The quiet after that first 429 holds fresh records at a coarse
+/// tick (a fine one's plan holds them itself). Each push-back learned from is counted: the
+/// pipeline plans again at once.
+#[test]
+fn after_first_contact_a_coarse_tick_goes_in_parts_until_a_sample() {
+    let new = || {
+        let mut limit = SinkLimit::new(LimitParams::default());
+        for i in 1..=20 {
+            limit.on_written(ms(100 * i), ms(100 * i), 100, 10_000);
+        }
+        limit.on_throttle(ms(2000), true, refused(Some(ms(10))));
+        assert_eq!(limit.limit(Unit::Records), Some(700.0));
+        assert_eq!(limit.lessons(), 1);
+        limit
+    };
+    let mut limit = new();
+    assert_eq!(limit.quiet_for(ms(2050), ms(200)), Some(ms(60)));
+    assert_eq!(limit.quiet_for(ms(2050), ms(20)), None);
+    assert_eq!(limit.quiet_for(ms(2110), ms(200)), None);
+    // 679 rec/s: 136 records a tick, in two parts of 68.
+    let plan = limit.plan(ms(2200), 2000.0, shape());
+    assert_eq!((plan.batch, plan.parts), (136, 2));
+    assert_eq!(limit.plan(ms(5900), 2000.0, shape()).parts, 2);
+    assert_eq!(limit.plan(ms(6000), 2000.0, shape()).parts, 1);
+    let mut limit = new();
+    limit.on_outage();
+    assert_eq!(limit.plan(ms(2200), 2000.0, shape()).parts, 1);
+}

@@ -190,8 +190,14 @@ pub(super) fn drive(setup: Setup) -> Outcome {
                 if throttle.is_paused(at) {
                     break;
                 }
+                // A refused batch goes again alone: it spends the sink's room, and the
+                // worker's cadence starts again from it (`Cadence::restart`).
+                let resend = owed.is_some();
+                // Fresh records wait out the quiet after the first push-back.
+                let quiet = limit.quiet_for(at, setup.tick).is_some();
                 let n = match owed {
                     Some(n) => n,
+                    None if quiet => break,
                     None if parts > 1 => {
                         let n = (plan.batch as f64).min(left).min(banked.floor());
                         if n < 1.0 {
@@ -261,6 +267,13 @@ pub(super) fn drive(setup: Setup) -> Outcome {
                             );
                         }
                     }
+                }
+                if resend {
+                    // What was granted before it is void: the tick's worth, less the
+                    // resend it pays for, is all that goes after it.
+                    let worth = plan.records_per_second * setup.tick.as_secs_f64();
+                    banked = banked.min((worth - n as f64).max(0.0));
+                    break;
                 }
             }
         }
