@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use super::taken::{MARKED_SAMPLE_MIN, Pushback, SAMPLE_MAX, Taken};
+use super::taken::{MARKED_SAMPLE_MAX, MARKED_SAMPLE_MIN, Pushback, Taken};
 use crate::settings::bounds::MOST_RATE;
 
 pub use first_contact::{FirstContact, FirstContactParams};
@@ -50,7 +50,7 @@ const EXPERIMENT_FAILS_AFTER: u32 = 2;
 /// the next push-back can close a sample, which comes the later the nearer the first guess
 /// is to the capacity. A guess below it brings none, and requests go in twice as many
 /// parts meanwhile.
-const SAMPLING_FOR: Duration = SAMPLE_MAX;
+const SAMPLING_FOR: Duration = MARKED_SAMPLE_MAX;
 
 /// A write the sink refused with a throttle.
 #[derive(Debug, Clone, Copy)]

@@ -13,11 +13,15 @@ use super::sink_limit::{PerUnit, Unit};
 
 /// How far back a rate is measured.
 const WINDOW: Duration = Duration::from_secs(1);
-/// An earlier push-back is a usable start of a sample within this span (a first guess
-/// just above the capacity is refused again only 2.1 s after the first push-back, against
-/// a sink with a burst of 780 records a second at 800: a sample across it measures the
-/// capacity, where a cut of 5% left the guess above it)...
-pub const SAMPLE_MAX: Duration = Duration::from_secs(4);
+/// An earlier push-back is a usable start of a sample within this span...
+const SAMPLE_MAX: Duration = Duration::from_secs(2);
+/// ... or this one, where both ends were marked by Retry-After (the reserve empty at
+/// each, however far apart): a first guess just above the capacity is refused again only
+/// 2.1 s after the first push-back, against a sink with a burst of 780 records a second
+/// at 800, and a sample across it measures the capacity, where a cut of 5% left the guess
+/// above it. (Unmarked, the longer span cost 2% of the rate against a sink deferring
+/// beyond its concurrency, Vector's "defers at high rate".)
+pub const MARKED_SAMPLE_MAX: Duration = Duration::from_secs(4);
 /// ... once at least this long ago (shorter spans hold too few writes to even out where
 /// in its reserve the sink was at each end)...
 const SAMPLE_MIN: Duration = Duration::from_millis(250);
@@ -124,7 +128,7 @@ impl Taken {
         while self
             .pushbacks
             .front()
-            .is_some_and(|m| m.at + SAMPLE_MAX < now)
+            .is_some_and(|m| m.at + MARKED_SAMPLE_MAX < now)
         {
             self.pushbacks.pop_front();
         }
@@ -148,7 +152,11 @@ impl Taken {
                 marked: false,
             },
         };
-        let kind = match (self.start_for(&mark), self.pushbacks.is_empty()) {
+        let alone = !self
+            .pushbacks
+            .iter()
+            .any(|m| m.at + sample_span(m, &mark).1 >= mark.at);
+        let kind = match (self.start_for(&mark), alone) {
             (Some(_), _) => Pushback::Sustained,
             (None, true) => Pushback::Isolated,
             (None, false) => Pushback::Repeated,
@@ -173,12 +181,8 @@ impl Taken {
         self.pushbacks
             .iter()
             .find(|m| {
-                let min = if m.marked && end.marked {
-                    MARKED_SAMPLE_MIN
-                } else {
-                    SAMPLE_MIN
-                };
-                m.at + min <= end.at && m.at + SAMPLE_MAX >= end.at
+                let (min, max) = sample_span(m, end);
+                m.at + min <= end.at && m.at + max >= end.at
             })
             .copied()
     }
@@ -253,6 +257,15 @@ impl Taken {
             out.0[i] = (secs > 0.0 && n > 0.0).then(|| n / secs);
         }
         out
+    }
+}
+
+/// The shortest and longest a sample from `start` to `end` may span.
+fn sample_span(start: &Mark, end: &Mark) -> (Duration, Duration) {
+    if start.marked && end.marked {
+        (MARKED_SAMPLE_MIN, MARKED_SAMPLE_MAX)
+    } else {
+        (SAMPLE_MIN, SAMPLE_MAX)
     }
 }
 

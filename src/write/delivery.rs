@@ -171,7 +171,10 @@ impl Delivery {
             Pace::Limit | Pace::Outage => {}
         }
         let at = self.pressure.clear_to_send().await;
-        if piece.pace == Pace::Retry && piece.throttles > 0 {
+        // A throttle without Retry-After (a sink deferring beyond its concurrency) says
+        // nothing of its room, and restarting the cadence at each resend cost 5% of the
+        // rate in Vector's "defers at high rate" scenario.
+        if std::mem::take(&mut piece.room_told) && piece.pace == Pace::Retry {
             self.pressure.resent_after_throttle(at);
         }
         at

@@ -61,6 +61,9 @@ pub(super) struct Piece {
     pub(super) outage_answers: u32,
     /// A row the sink took, sent again only to learn whether the sink takes writes now.
     pub(super) canary: bool,
+    /// The sink's last throttle of these rows said when it would have room for them
+    /// (Retry-After): sent again then, they spend that room.
+    pub(super) room_told: bool,
 }
 
 impl Piece {
@@ -78,6 +81,7 @@ impl Piece {
             cleared: false,
             server_errors: 0,
             split_after: 0,
+            room_told: false,
             unreadable: 0,
             outage_answers: 0,
             canary: false,

@@ -273,6 +273,7 @@ impl Delivery {
             piece.pace = Pace::Outage;
         } else {
             piece.throttles += 1;
+            piece.room_told = retry_after.is_some();
         }
         // Smaller requests help a sink that counts records or bytes (a batch beyond its
         // burst never fits), not one that counts requests.
