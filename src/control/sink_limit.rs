@@ -374,10 +374,10 @@ impl SinkLimit {
     /// The parts a tick of `quantum` records goes as while a sample is open: each at least
     /// a sample's span of the tick, and first contact's least part.
     fn sample_parts(&self, tick: Duration, quantum: u64) -> u32 {
-        let fc = self.params.first_contact;
-        let by_span = (tick.as_secs_f64() / MARKED_SAMPLE_MIN.as_secs_f64()).floor() as u64;
-        let by_size = quantum / fc.least_part.max(1);
-        by_span.min(by_size).clamp(1, u64::from(fc.parts.max(1))) as u32
+        let by_span = (tick.as_secs_f64() / MARKED_SAMPLE_MIN.as_secs_f64()).floor();
+        self.params
+            .first_contact
+            .parts_of(quantum, by_span.min(f64::from(u32::MAX)) as u32)
     }
 
     /// What `throttle.min_multiplier` is a share of: the ceiling, or without one of ours

@@ -45,6 +45,15 @@ impl FirstContactParams {
     };
 }
 
+impl FirstContactParams {
+    /// The parts a tick of `quantum` records goes as: up to `parts` and `most`, none
+    /// smaller than `least_part`.
+    pub fn parts_of(&self, quantum: u64, most: u32) -> u32 {
+        let most = u64::from(self.parts.min(most).max(1));
+        (quantum / self.least_part.max(1)).clamp(1, most) as u32
+    }
+}
+
 impl Default for FirstContactParams {
     fn default() -> Self {
         FirstContactParams {
@@ -141,9 +150,7 @@ impl FirstContact {
             return (1.0, 1);
         }
         let quantum = (quantum as f64 * self.share).ceil() as u64;
-        let parts =
-            (quantum / self.params.least_part.max(1)).clamp(1, u64::from(self.params.parts.max(1)));
-        (self.share, parts as u32)
+        (self.share, self.params.parts_of(quantum, u32::MAX))
     }
 
     /// A write sent at `sent_at` was taken.
