@@ -209,6 +209,19 @@ async fn four_times_the_write_queue(n: usize, tick: &str, bound: Option<f64>) {
     }
 }
 
+/// Starts `sluice run` with `config` and kills it (SIGKILL: no checkpoint written on the
+/// way out) once `sim` has stored `stored` documents; returns what it had stored then.
+async fn killed_once_stored(config: &Path, sim: &SimSink, stored: u64) -> u64 {
+    let mut child = command(config).spawn().unwrap();
+    let started = std::time::Instant::now();
+    while sim.stats().inserted < stored {
+        assert!(started.elapsed() < RUN_LIMIT, "no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().await.unwrap();
+    sim.stats().inserted
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_run_and_run_again_every_document_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -216,14 +229,7 @@ async fn killed_mid_run_and_run_again_every_document_once() {
     let n = 4000;
     let input = write_input(dir.path(), n, &[], "price");
     let config = write_config(dir.path(), &input, &elasticsearch(&sim.base_url()), 3000);
-    let mut child = command(&config).spawn().unwrap();
-    let started = std::time::Instant::now();
-    while sim.stats().inserted < 1000 {
-        assert!(started.elapsed() < RUN_LIMIT, "no progress");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    child.kill().await.unwrap(); // SIGKILL: no checkpoint written on the way out
-    let stored_at_kill = sim.stats().inserted;
+    let stored_at_kill = killed_once_stored(&config, &sim, 1000).await;
     assert!(stored_at_kill < n as u64, "killed mid-run");
 
     let run = run_sluice(&config).await;
@@ -254,14 +260,7 @@ async fn four_times_the_write_queue_killed_and_run_again_costs_at_most_fifteen_p
     let sim = bulk_sim(1000.0, 200).await;
     let input = write_input(dir.path(), n, &[], "price");
     let config = write_config(dir.path(), &input, &elasticsearch(&sim.base_url()), 4000);
-    let mut child = command(&config).spawn().unwrap();
-    let started = std::time::Instant::now();
-    while sim.stats().inserted < 2000 {
-        assert!(started.elapsed() < RUN_LIMIT, "no progress");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    child.kill().await.unwrap();
-    let stored_at_kill = sim.stats().inserted;
+    let stored_at_kill = killed_once_stored(&config, &sim, 2000).await;
     assert!(stored_at_kill < n as u64, "killed mid-run");
 
     let run = run_sluice(&config).await;
