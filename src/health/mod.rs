@@ -376,13 +376,14 @@ mod tests {
         let baseline = 0.002;
         h.set_baseline(0, baseline);
         h.record(0, Reading::Value(baseline));
-        // Ten readings 200 ms apart (the default 2 s window), the worker writing the rate.
-        for _ in 0..10 {
-            tokio::time::advance(Duration::from_millis(200)).await;
+        // A hundred readings 50 ms apart (the default 5 s window), the worker writing the
+        // rate.
+        for _ in 0..100 {
+            tokio::time::advance(Duration::from_millis(50)).await;
             let rate = h.steered_rate().unwrap().1;
             stats
                 .written
-                .fetch_add((rate * 0.2).round() as u64, Relaxed);
+                .fetch_add((rate * 0.05).round() as u64, Relaxed);
             h.record(0, Reading::Value(baseline));
         }
         let (name, rate) = h.steered_rate().unwrap();

@@ -136,17 +136,18 @@ pub struct ProbeSettings {
     #[serde(default)]
     pub replicas: Vec<String>,
     /// How often it runs, each run on the probe's own connection; default 1s, a
-    /// canary's 200ms.
+    /// canary's 50ms (a hundred runs in its window, for its 99th percentile).
     #[schemars(with = "Option<HumanDuration>")]
     #[serde(with = "humantime_serde", default)]
     pub interval: Option<Duration>,
-    /// A canary: the span its latencies are judged over (default 2s); its baseline is
-    /// measured over one such span before the first write, and again with the writes held
-    /// when a relative target is exceeded for five spans at the least rate.
+    /// A canary: the span its latencies are judged over (default 5s); its baseline is
+    /// the quieter of two such spans before the first write, measured again with the
+    /// writes held when a relative target is exceeded for five spans at the least rate.
     #[schemars(with = "Option<HumanDuration>")]
     #[serde(with = "humantime_serde", default)]
     pub window: Option<Duration>,
-    /// A canary: the percentile of the window that is its value (default 90).
+    /// A canary: the percentile of the window that is its value (default 99: the tail,
+    /// which is what a load shows in first).
     pub percentile: Option<f64>,
     /// The rate is steered so that the value stays at or under this (a canary's may be
     /// relative to its baseline: "2x").
@@ -199,17 +200,17 @@ impl ProbeSettings {
     }
 
     pub fn interval(&self) -> Duration {
-        let default = if self.is_canary() { 200 } else { 1000 };
+        let default = if self.is_canary() { 50 } else { 1000 };
         self.interval.unwrap_or(Duration::from_millis(default))
     }
 
     pub fn window(&self) -> Duration {
-        self.window.unwrap_or(Duration::from_secs(2))
+        self.window.unwrap_or(Duration::from_secs(5))
     }
 
     /// 0 to 1.
     pub fn quantile(&self) -> f64 {
-        self.percentile.unwrap_or(90.0) / 100.0
+        self.percentile.unwrap_or(99.0) / 100.0
     }
 
     /// Whether a limit is a multiple of a baseline, which is then measured first.

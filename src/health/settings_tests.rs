@@ -118,9 +118,9 @@ fn a_canary_with_a_relative_target_and_its_defaults() {
     let p = probe("builtin = \"canary\"\ntarget = \"2x\"\n");
     problems(&p).unwrap();
     assert_eq!(p.name(), "canary");
-    assert_eq!(p.interval(), Duration::from_millis(200));
-    assert_eq!(p.window(), Duration::from_secs(2));
-    assert_eq!(p.quantile(), 0.9);
+    assert_eq!(p.interval(), Duration::from_millis(50));
+    assert_eq!(p.window(), Duration::from_secs(5));
+    assert_eq!(p.quantile(), 0.99);
     assert!(p.needs_baseline());
     assert_eq!(p.target(None), None, "no baseline yet");
     assert_eq!(p.target(Some(0.004)), Some(0.008));
@@ -183,7 +183,7 @@ fn canary_mistakes_name_their_key() {
             "health.probe.percentile",
         ),
         (
-            "builtin = \"canary\"\ntarget = \"2x\"\nwindow = \"100ms\"\n",
+            "builtin = \"canary\"\ntarget = \"2x\"\nwindow = \"40ms\"\n",
             "health.probe.window",
         ),
         (
