@@ -132,7 +132,7 @@ impl ProbeReport {
     }
 }
 
-/// A canary's runs over one window, as a worker measures its baseline before the first
+/// A canary's runs over its baseline windows, as a worker measures them before the first
 /// write: the last reading and the baseline (None if a run failed).
 async fn measure_baseline(
     task: &crate::health::probe::ProbeTask,

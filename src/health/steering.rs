@@ -84,9 +84,10 @@ impl Health {
         };
         tracing::info!(
             probe = %probe.name,
-            "baseline p{:.0} = {:.2} ms over {:?} {when}{}",
+            "baseline p{:.0} = {:.2} ms, the quieter of {} windows of {:?}, {when}{}",
             probe.config.quantile() * 100.0,
             baseline * 1000.0,
+            super::probe::BASELINE_WINDOWS,
             probe.config.window(),
             target.map_or(String::new(), |t| format!(
                 "; the rate is steered to keep it under {:.2} ms",
