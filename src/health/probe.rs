@@ -86,11 +86,8 @@ impl CanaryRuns {
         m.windows += 1;
         if m.windows < BASELINE_WINDOWS {
             // The next window from its own runs only.
-            *m = Measuring {
-                since: None,
-                windows: m.windows,
-                lowest: Some(lowest),
-            };
+            m.since = None;
+            m.lowest = Some(lowest);
             self.window.clear();
             return (value, false);
         }
