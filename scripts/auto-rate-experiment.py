@@ -319,33 +319,49 @@ def workload(cluster, args):
 
 
 class Production:
-    """pgbench at a fixed rate, logging every transaction; latencies per 1 s window."""
+    """pgbench at a fixed rate, logging every transaction; latencies per 1 s window.
+    Production's 4 clients by default; a canary that logs every run is one client at the
+    load's priority running `script`."""
 
-    def __init__(self, cluster, rate, name, args):
+    def __init__(self, cluster, rate, name, args, connections=4, nice=-5, script=None):
         # In the cluster's directory: pgbench may run as the postgres user.
         self.dir = cluster.dir / f"pgbench-{name}"
         self.dir.mkdir()
         if cluster.as_postgres:
             shutil.chown(self.dir, "postgres")
         self.proc = subprocess.Popen(
-            clients(args, -5) + cluster.command("pgbench", "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres",
-                            *workload(cluster, args), "-c", "4", "-j", "2", "-R", str(rate), "-T", "3600", "-n",
-                            "-l", f"--log-prefix={self.dir}/tx", "bench"),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            clients(args, nice) + cluster.command(
+                "pgbench", "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres",
+                *(["-f", str(script)] if script else workload(cluster, args)), "-c", str(connections),
+                "-j", str(min(connections, 2)), "-R", str(rate), "-T", "3600", "-n",
+                "-l", f"--log-prefix={self.dir}/tx", "bench"),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "PGAPPNAME": f"experiment-{name}"})
+        self.cluster, self.name = cluster, name
         self.started = time.time()
 
+    def end(self):
+        """Ends pgbench by ending its sessions: it then exits as after a run and writes out
+        the rest of its log. (A signal ended it without that — the last 4 KB of its log, 5 s
+        of a one-client canary — or, run as the postgres user, did not reach it past
+        runuser: 10 s waited, and it ran on until the cluster stopped.)"""
+        self.cluster.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         f"WHERE application_name = 'experiment-{self.name}'")
+
     def stop(self):
-        """Stops the client; its transactions' latencies (ms) per 1 s window."""
-        self.proc.send_signal(signal.SIGINT)
+        """Stops the client; its transactions' latencies (ms) per 1 s window, and each
+        one's (epoch, ms) in `runs`."""
+        self.end()
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
         time.sleep(0.5)
-        windows, self.lags = {}, {}
+        windows, self.lags, self.runs = {}, {}, []
         for log in self.dir.glob("tx*"):
             for line in log.read_text().splitlines():
                 self.read(line.split(), windows)
+        self.runs.sort()
         return windows
 
     def read(self, f, windows):
@@ -354,6 +370,7 @@ class Production:
         if len(f) < 6 or f[2] == "skipped":
             return
         windows.setdefault(int(f[4]), []).append(int(f[2]) / 1000.0)
+        self.runs.append((int(f[4]) + int(f[5]) / 1e6, int(f[2]) / 1000.0))
         if len(f) > 6:
             self.lags.setdefault(int(f[4]), []).append(int(f[6]) / 1000.0)
 
@@ -367,6 +384,9 @@ class SysbenchProduction(Production):
         command, env = db.sysbench(args, -5, f"--rate={rate}", "--time=3600", log=self.dir)
         self.proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.started = time.time()
+
+    def end(self):
+        self.proc.send_signal(signal.SIGINT)
 
     def read(self, f, windows):
         """A line of the Lua script's log: epoch_s latency_us."""

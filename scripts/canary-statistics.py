@@ -13,6 +13,7 @@ over the step.
 import argparse
 import importlib.util
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -21,33 +22,6 @@ from pathlib import Path
 spec = importlib.util.spec_from_file_location("x", Path(__file__).with_name("auto-rate-experiment.py"))
 x = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(x)
-
-
-def canary_log(cluster, args, rate, nice):
-    d = cluster.dir / "canary"
-    d.mkdir()
-    script = cluster.dir / "canary.sql"
-    script.write_text(x.canary_query(args) + ";\n")
-    if cluster.as_postgres:
-        import shutil
-        shutil.chown(d, "postgres")
-        shutil.chown(script, "postgres")
-    proc = subprocess.Popen(
-        x.clients(args, nice) + cluster.command(
-            "pgbench", "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres", "-f", str(script),
-            "-c", "1", "-j", "1", "-R", str(rate), "-T", "3600", "-n", "-l", f"--log-prefix={d}/tx", "bench"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return proc, d
-
-
-def read_canary(d):
-    samples = []
-    for log in d.glob("tx*"):
-        for line in log.read_text().splitlines():
-            f = line.split()
-            if len(f) >= 6 and f[2] != "skipped":
-                samples.append((int(f[4]) + int(f[5]) / 1e6, int(f[2]) / 1000.0))
-    return sorted(samples)
 
 
 def window_at(samples, at, span):
@@ -97,7 +71,11 @@ def main():
         tps = db.unthrottled_tps(args)
         prod_rate = max(10, int(tps * args.production_share))
         prod = db.production(prod_rate, "stats", args)
-        canary, cdir = canary_log(db, args, args.canary_rate, 10)
+        script = db.dir / "canary.sql"
+        script.write_text(x.canary_query(args) + ";\n")
+        if db.as_postgres:
+            shutil.chown(script, "postgres")
+        canary = x.Production(db, args.canary_rate, "canary", args, connections=1, nice=10, script=script)
         time.sleep(30)
         quiet_end = time.time()
         port = x.free_port()
@@ -125,15 +103,9 @@ def main():
         end = time.time()
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
-        # runuser does not pass a signal on: pgbench itself is told, so it flushes its log.
-        subprocess.run(["pkill", "-INT", "-f", "canary.sql"])
-        try:
-            canary.wait(10)
-        except subprocess.TimeoutExpired:
-            canary.kill()
-        time.sleep(0.5)
         windows = prod.stop()
-        samples = read_canary(cdir)
+        canary.stop()
+        samples = canary.runs
     finally:
         db.stop()
     base_windows = [x.pct(v, 0.99) for s, v in windows.items() if quiet_end - 28 <= s < quiet_end - 1]
