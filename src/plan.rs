@@ -141,10 +141,9 @@ async fn measure_baseline(
 ) -> (crate::control::health::Reading, Option<f64>) {
     use crate::control::health::Reading;
     let mut runs = crate::health::probe::CanaryRuns::new(window);
-    let mut ticker = tokio::time::interval(task.interval);
+    let (mut arrivals, epoch) = (task.arrivals(), tokio::time::Instant::now());
     loop {
-        ticker.tick().await;
-        match task.run_once(conns).await {
+        match task.canary_run(&mut arrivals, epoch, conns).await {
             Reading::Value(latency) => {
                 let (value, baseline) = runs.add(latency);
                 if baseline {

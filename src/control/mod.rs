@@ -3,6 +3,7 @@
 //! each is tested without sleeping. What waits or reads the clock is in `write/` and
 //! `pipeline/`.
 
+pub mod arrivals;
 pub mod backoff;
 pub mod balance;
 pub mod bounded_by;

@@ -1,8 +1,9 @@
 //! Runs each probe as a task of its own, on its own connection (per replica when it asks
 //! several), every `interval`; a run that errs or outlasts its timeout is reported as
 //! failed and its connection dropped, to be opened again at the next run. A canary's runs
-//! are latencies judged over a window; its first windows, before any write, give its
-//! baseline, measured again with the writes held when the steering is stuck under it.
+//! arrive at random, `interval` apart on average (`control::arrivals`), and are latencies
+//! from when each was due, judged over a window; its first windows, before any write, give
+//! its baseline, measured again with the writes held when the steering is stuck under it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::Health;
 use super::query::{Ask, CANARY_QUERY, Conn};
 use super::settings::{Database, ProbeSettings};
+use crate::control::arrivals::Arrivals;
 use crate::control::health::Reading;
 use crate::control::latency_window::LatencyWindow;
 use crate::sink::settings::SinkSettings;
@@ -163,6 +165,36 @@ impl ProbeTask {
         worst.map_or_else(|| Reading::Failed("nothing to ask".into()), Reading::Value)
     }
 
+    /// When a canary's runs are due: `interval` apart on average; a run a window late is
+    /// not made up for.
+    pub fn arrivals(&self) -> Arrivals {
+        let window = self.canary.map_or(self.interval, |(span, _)| span);
+        Arrivals::new(self.interval, window)
+    }
+
+    /// A canary's next run: waits until it is due and reads its latency from then, the
+    /// wait behind the run before (and for this task to be woken) included, the opening of
+    /// a connection not. A failed run restarts the schedule.
+    pub async fn canary_run(
+        &self,
+        arrivals: &mut Arrivals,
+        epoch: Instant,
+        conns: &mut [Option<Conn>],
+    ) -> Reading {
+        let due = epoch + arrivals.next(epoch.elapsed(), rand::random::<f64>());
+        tokio::time::sleep_until(due).await;
+        let started = Instant::now();
+        match self.run_once(conns).await {
+            Reading::Value(took) => {
+                Reading::Value(started.saturating_duration_since(due).as_secs_f64() + took)
+            }
+            failed => {
+                arrivals.restart();
+                failed
+            }
+        }
+    }
+
     /// Whether each open connection is encrypted, for `sluice check`: "over TLS
     /// (TLSv1.3)", or per server when it asks several.
     pub async fn tls(&self, conns: &mut [Option<Conn>]) -> String {
@@ -184,32 +216,69 @@ impl ProbeTask {
     }
 
     /// Runs until the task is aborted, reporting each run to `health` as probe `index`.
+    ///
+    /// A canary runs on a thread and runtime of its own: on the worker's runtime a run
+    /// that is due waits for a thread that is encoding a batch, and a busy worker would
+    /// read as a slow database (and steer itself down for it).
     pub fn spawn(self, health: Arc<Health>, index: usize) -> JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut conns: Vec<Option<Conn>> = self.targets.iter().map(|_| None).collect();
-            let mut ticker = tokio::time::interval(self.interval);
-            ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            let mut canary = self.canary.map(CanaryRuns::new);
-            loop {
-                ticker.tick().await;
-                let mut reading = self.run_once(&mut conns).await;
-                tracing::debug!(probe = %self.name, ?reading, "health probe");
-                if let (Some(runs), Reading::Value(latency)) = (&mut canary, &reading) {
-                    let (value, baseline) = runs.add(*latency);
-                    if baseline {
-                        health.set_baseline(index, value);
-                    } else if runs.measuring() {
-                        continue;
+        if self.canary.is_none() {
+            return tokio::spawn(self.run(health, index));
+        }
+        // Aborting the returned task drops `stop`, which ends the thread's runtime.
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let name = format!("canary {}", self.name);
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match runtime {
+                Ok(rt) => rt.block_on(async move {
+                    tokio::select! {
+                        () = self.run(health, index) => {}
+                        _ = stopped => {}
                     }
-                    reading = Reading::Value(value);
-                }
-                if health.record(index, reading)
-                    && let Some(runs) = &mut canary
-                {
-                    runs.restart();
-                }
+                }),
+                Err(e) => tracing::error!("canary {}: no runtime of its own: {e}", self.name),
             }
+        });
+        if let Err(e) = thread {
+            tracing::error!("the canary's thread did not start: {e}");
+        }
+        tokio::spawn(async move {
+            let _stop = stop;
+            std::future::pending::<()>().await
         })
+    }
+
+    async fn run(self, health: Arc<Health>, index: usize) {
+        let mut conns: Vec<Option<Conn>> = self.targets.iter().map(|_| None).collect();
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut canary = self.canary.map(CanaryRuns::new);
+        let (mut arrivals, epoch) = (self.arrivals(), Instant::now());
+        loop {
+            let mut reading = if canary.is_some() {
+                self.canary_run(&mut arrivals, epoch, &mut conns).await
+            } else {
+                ticker.tick().await;
+                self.run_once(&mut conns).await
+            };
+            tracing::debug!(probe = %self.name, ?reading, "health probe");
+            if let (Some(runs), Reading::Value(latency)) = (&mut canary, &reading) {
+                let (value, baseline) = runs.add(*latency);
+                if baseline {
+                    health.set_baseline(index, value);
+                } else if runs.measuring() {
+                    continue;
+                }
+                reading = Reading::Value(value);
+            }
+            if health.record(index, reading)
+                && let Some(runs) = &mut canary
+            {
+                runs.restart();
+            }
+        }
     }
 }
 

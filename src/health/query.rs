@@ -135,13 +135,10 @@ async fn pg_read(c: &mut PgConnection, ask: &Ask) -> Result<f64, String> {
     let text = |e: sqlx::Error| crate::redact::redact(&describe(&e));
     match ask {
         Ask::Canary(sql) => {
-            // Unmeasured, so that what is timed is the database's answer, not the wake-up of
-            // a worker and a backend idle since the last run: on this VM a 3 ms canary read
-            // 0.5 ms less once the machine was busy (0.2 ms with this first).
-            sqlx::query("SELECT 1")
-                .fetch_optional(&mut *c)
-                .await
-                .map_err(text)?;
+            // The query's own time; `ProbeTask::canary_run` adds how long the run waited
+            // after it was due. Nothing runs first to wake the backend: production's
+            // queries wake it too (an unmeasured `SELECT 1` before each run had the canary
+            // read 1.1-1.3x its baseline where production's p99 was over 2x its own).
             let started = tokio::time::Instant::now();
             sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .fetch_optional(c)
@@ -181,11 +178,6 @@ async fn mysql_read(c: &mut MySqlConnection, ask: &Ask) -> Result<f64, String> {
     let text = |e: sqlx::Error| crate::redact::redact(&e.to_string());
     match ask {
         Ask::Canary(sql) => {
-            // Unmeasured, as PostgreSQL's.
-            sqlx::query("SELECT 1")
-                .fetch_optional(&mut *c)
-                .await
-                .map_err(text)?;
             let started = tokio::time::Instant::now();
             sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .fetch_optional(c)

@@ -136,7 +136,8 @@ pub struct ProbeSettings {
     #[serde(default)]
     pub replicas: Vec<String>,
     /// How often it runs, each run on the probe's own connection; default 1s, a
-    /// canary's 50ms (a hundred runs in its window, for its 99th percentile).
+    /// canary's 50ms (a hundred runs in its window, for its 99th percentile), on average:
+    /// a canary's runs arrive at random, as production's queries do.
     #[schemars(with = "Option<HumanDuration>")]
     #[serde(with = "humantime_serde", default)]
     pub interval: Option<Duration>,
