@@ -92,7 +92,7 @@ class Cluster:
     inside a run: what the load costs is CPU, WAL and its commits' fsyncs, as on a
     database sized for its data."""
 
-    def __init__(self, cpus, scale):
+    def __init__(self, cpus, scale, statements=False):
         self.bin = pg_bin()
         self.dir = Path(tempfile.mkdtemp(prefix="sluice-auto-rate-"))
         self.as_postgres = os.geteuid() == 0
@@ -106,6 +106,7 @@ class Cluster:
             f"unix_socket_directories = '{self.dir}'\n"
             "shared_buffers = '4GB'\nmax_wal_size = '16GB'\ncheckpoint_timeout = '30min'\n"
             "synchronous_commit = on\nfsync = on\n"
+            + ("shared_preload_libraries = 'pg_stat_statements'\n" if statements else "")
         )
         # The database's host: every backend inherits the postmaster's affinity, so
         # production's, the load's and the canary's backends share these cores.
@@ -113,6 +114,8 @@ class Cluster:
             "pg_ctl", "-D", str(self.data), "-l", str(self.dir / "log"), "-w", "start")],
             check=True, capture_output=True)
         self.sql("CREATE DATABASE bench", db="postgres")
+        if statements:
+            self.sql("CREATE EXTENSION pg_stat_statements")
         self.tool("pgbench", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
                   "-i", "-s", str(scale), "-q", "bench")
         self.sql("VACUUM ANALYZE")
@@ -395,7 +398,9 @@ class SysbenchProduction(Production):
 
 
 def database(args):
-    return (MariaDB if args.database == "mariadb" else Cluster)(args.db_cpus, args.scale)
+    if args.database == "mariadb":
+        return MariaDB(args.db_cpus, args.scale)
+    return Cluster(args.db_cpus, args.scale, statements=getattr(args, "statements", False))
 
 
 def pct(values, q):
