@@ -137,8 +137,8 @@ async fn pg_read(c: &mut PgConnection, ask: &Ask) -> Result<f64, String> {
         Ask::Canary(sql) => {
             // The query's own time; `ProbeTask::canary_run` adds how long the run waited
             // after it was due. Nothing runs first to wake the backend: production's
-            // queries wake it too (an unmeasured `SELECT 1` before each run had the canary
-            // read 1.1-1.3x its baseline where production's p99 was over 2x its own).
+            // queries pay that wake-up too (with an unmeasured `SELECT 1` first, the canary
+            // read 0.9-1.8x its baseline at loads that broke production's 2x target).
             let started = tokio::time::Instant::now();
             sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .fetch_optional(c)

@@ -1,7 +1,8 @@
 //! The canary probe against the real PostgreSQL and MariaDB: `sluice plan` measures its
 //! baseline over one window and resolves a relative target; a run with `rate = "auto"`
 //! measures the baseline before its first write, steers by the target and says what
-//! bounded it; and the canary's query runs READ ONLY whatever it says.
+//! bounded it; each run is timed from when it was due; and the canary's query runs READ
+//! ONLY whatever it says.
 
 use crate::common;
 
@@ -56,6 +57,39 @@ fn plan_measures_the_baseline_and_resolves_a_relative_target() {
         let text = run_in(dir.path(), &["plan", "-c", "sluice.toml"]);
         let text = String::from_utf8_lossy(&text.stdout);
         assert!(text.contains("measured now"), "{text}");
+    }
+}
+
+/// A canary's runs are timed from when each was due, as production's clients time theirs:
+/// a 100 ms query due every 50 ms on average queues behind itself, and its baseline reads
+/// that wait. Timed from when it was sent, it read the query's 100 ms alone. (A simulation
+/// of these two 2 s windows put the baseline at 266 ms at the least in 100,000; a run is
+/// never more than a window late, and its own time is at most the 1 s timeout.)
+#[test]
+fn a_canary_run_is_timed_from_when_it_was_due() {
+    let db = Db::create("canary_due");
+    let dir = tempfile::tempdir().unwrap();
+    for (url, sleep) in [
+        (db.url.clone(), "SELECT pg_sleep(0.1)"),
+        (mysql_url(), "SELECT SLEEP(0.1)"),
+    ] {
+        config(
+            dir.path(),
+            &db,
+            "\"auto\"",
+            10,
+            &format!(
+                "url = {url:?}\nquery = {sleep:?}\ntarget = \"2x\"\ninterval = \"50ms\"\nwindow = \"2s\""
+            ),
+        );
+        let out = run_in(dir.path(), &["plan", "-c", "sluice.toml", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let baseline = plan["health"][0]["baseline"].as_f64().expect("a baseline");
+        assert!(
+            (0.2..3.5).contains(&baseline),
+            "{url}: baseline {baseline} s"
+        );
     }
 }
 
