@@ -411,15 +411,15 @@ def pct(values, q):
     return s[min(rank, len(s)) - 1]
 
 
-def sample_rows(stop, get, into):
+def sample_rows(stop, get, into, every=0.5):
     """Rows loaded so far (and, from sluice, its canary's value and the rate it steers),
-    twice a second, into `into` as (epoch, rows, ...)."""
+    twice a second (or `every` s), into `into` as (epoch, rows, ...)."""
     while not stop.is_set():
         try:
             into.append((time.time(), *get()))
         except Exception:
             pass
-        stop.wait(0.5)
+        stop.wait(every)
 
 
 def write_rows(path, rows):

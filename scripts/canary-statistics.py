@@ -106,16 +106,6 @@ class Statements:
         return self.samples
 
 
-def sluice_canary(port, stop, into):
-    """sluice's own canary as /metrics shows it (its p99 over its window), every 200 ms."""
-    while not stop.is_set():
-        try:
-            into.append((time.time(), x.metrics(port, "sluice_health_probe")[0]))
-        except Exception:
-            pass
-        stop.wait(0.2)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("sluice")
@@ -162,7 +152,9 @@ def main():
         while subprocess.run([args.sluice, "ctl", "-c", str(cfg), "pause"], capture_output=True).returncode:
             time.sleep(0.1)
         marks.append((time.time(), 0, 0.0))
-        sampler = threading.Thread(target=sluice_canary, args=(port, stop, ours))
+        # sluice's own canary as /metrics shows it (its p99 over its window), every 200 ms.
+        sampler = threading.Thread(target=x.sample_rows, args=(
+            stop, lambda: x.metrics(port, "sluice_health_probe"), ours, 0.2))
         sampler.start()
         time.sleep(30)
         quiet_end = time.time()
