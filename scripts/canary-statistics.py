@@ -221,7 +221,8 @@ def main():
               + " | ".join(cells) + " |")
     (x.OUT / "stats.json").write_text(json.dumps({"result": result, "series": series,
                                                   "windows": {str(k): v for k, v in windows.items()},
-                                                  "marks": marks, "quiet_end": quiet_end}))
+                                                  "marks": marks, "quiet_end": quiet_end,
+                                                  "runs": {"canary": canary.runs, "canary4": canary4.runs}}))
 
 
 if __name__ == "__main__":
