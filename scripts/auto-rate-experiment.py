@@ -659,6 +659,11 @@ def main():
                          "added (TOML, repeatable): 'tick = \"20ms\"'")
     ap.add_argument("--only", default="abcde", help="the strategies to run (c: the sweep and its best)")
     ap.add_argument("--sluice", default=None, help="the binary (default: cargo build, debug)")
+    ap.add_argument("--before", default=None,
+                    help="(e) also by this binary (a build before a change), each before (e): "
+                         "before and after judged in the same run")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="(e) (and --before's) this many times, interleaved")
     ap.add_argument("--release", action="store_true", help="build and run sluice in release mode")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -702,11 +707,11 @@ def main():
           f"{len(per_window)} windows within it", flush=True)
     results, sweep = {}, []
 
-    def go(key, label, rows_file=rows_file, skip=0.0, **load):
+    def go(key, label, rows_file=rows_file, skip=0.0, binary=None, **load):
         # The VM's host sometimes slows everything for minutes: a strategy whose production
         # alone (the 15 s before its load) did not look like the baseline runs again.
         for attempt in range(1 + args.retries):
-            r = strategy(sluice, rows_file, key, prod_rate, args, **load)
+            r = strategy(binary or sluice, rows_file, key, prod_rate, args, **load)
             alone = sorted(pct(v, 0.99) for s, v in r["windows"].items()
                            if r["start"] - 14 <= s < r["start"] - 1)
             r["alone_p99"] = alone[len(alone) // 2] if alone else float("nan")
@@ -786,12 +791,15 @@ def main():
         results["c"] = best
     if "d" in args.only:
         results["d"] = go("d", "(d) sluice rate = \"off\", canary max = \"2x\"", rate='"off"', probe='max = "2x"')
-    if "e" in args.only:
-        results["e"] = go("e", "(e) sluice rate = \"auto\", canary target = \"2x\"", skip=10.0,
-                          rate='"auto"', probe='target = "2x"')
+    for i in range(args.repeat if "e" in args.only else 0):
+        n = f" {i + 1}" if args.repeat > 1 else ""
+        auto = dict(skip=10.0, rate='"auto"', probe='target = "2x"')
+        if args.before:
+            results[f"e before{n}"] = go(f"ebefore{i}", f"(e) before{n}: {args.before}", binary=args.before, **auto)
+        results[f"e{n}"] = go(f"e{i}" if n else "e", f"(e){n} sluice rate = \"auto\", canary target = \"2x\"", **auto)
     load_after = os.getloadavg()
     report(results, sweep, tps, prod_rate, base_p50, base_p99, target, quiet, load_before, load_after, args)
-    if all(k in results for k in "ade") and args.database == "postgres":
+    if all(k in results for k in "ade") and args.database == "postgres" and not args.before:
         plot([results["a"], results["d"], results["e"]], target, ROOT / "docs" / "bench" / "auto-rate.svg")
 
 
@@ -802,13 +810,13 @@ def report(results, sweep, tps, prod_rate, base_p50, base_p99, target, quiet, lo
     ]
     best = results["c"]["rows_per_s"] if "c" in results else float("nan")
     best_after = results["c"]["rows_per_s_after_10s"] if "c" in results else float("nan")
-    for key in [k for k in "abcde" if k in results]:
+    for key in results:
         r = results[key]
         lines.append(
             f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] / best:.2f} | "
             f"{r['rows_per_s_after_10s']:,.0f} | {r['rows_per_s_after_10s'] / best_after:.2f} | {r['p50']:.2f} | {r['p99']:.2f} | "
             f"{r['p99'] / base_p99:.2f} | {100 * r['within']:.0f}% of {r['windows_judged']}"
-            f"{' (after its first 10 s)' if key == 'e' else ''} |")
+            f"{' (after its first 10 s)' if key.startswith('e') else ''} |")
     lines.append("")
     lines.append("Run again because production alone was disturbed before the load: "
                  + (", ".join(f"{r['label']} ×{r['attempts'] - 1}" for r in [*results.values(), *sweep]
