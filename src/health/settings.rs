@@ -142,8 +142,8 @@ pub struct ProbeSettings {
     #[serde(with = "humantime_serde", default)]
     pub interval: Option<Duration>,
     /// A canary: the span its latencies are judged over (default 5s); its baseline is
-    /// the quieter of two such spans before the first write, measured again with the
-    /// writes held when a relative target is exceeded for five spans at the least rate.
+    /// the percentile of two such spans' runs before the first write, measured again with
+    /// the writes held when a relative target is exceeded for five spans at the least rate.
     #[schemars(with = "Option<HumanDuration>")]
     #[serde(with = "humantime_serde", default)]
     pub window: Option<Duration>,

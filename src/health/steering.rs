@@ -84,7 +84,7 @@ impl Health {
         };
         tracing::info!(
             probe = %probe.name,
-            "baseline p{:.0} = {:.2} ms, the quieter of {} windows of {:?}, {when}{}",
+            "baseline p{:.0} = {:.2} ms, of {} windows of {:?}, {when}{}",
             probe.config.quantile() * 100.0,
             baseline * 1000.0,
             super::probe::BASELINE_WINDOWS,

@@ -194,7 +194,7 @@ fn a_baseline_the_database_no_longer_meets_is_measured_again() {
     let at = second
         .find("with the writes held (it was")
         .unwrap_or_else(|| panic!("{log}"));
-    // "baseline p99 = 20.xx ms, the quieter of 2 windows of 400ms, with the writes held (it
+    // "baseline p99 = 20.xx ms, of 2 windows of 400ms, with the writes held (it
     // was 1.xx ms)"
     let line = second[..at].rsplit("baseline p99 = ").next().unwrap();
     let ms: f64 = line.split(' ').next().unwrap().parse().unwrap();
