@@ -131,7 +131,8 @@ class RunShare:
 
 
 def baseline(plant, rng, window):
-    """The quieter of two windows' p99 of the quiet step's runs (src/health/probe.rs)."""
+    """The quieter of two windows' p99 of the quiet step's runs (src/health/probe.rs until
+    the pooled baseline, `pooled_baseline`, replaced it)."""
     reads = []
     for _ in range(2):
         runs = []
@@ -257,8 +258,8 @@ def main():
         res = [simulate(plant, random.Random(seed), args.rows, fixed=fixed) for seed in seeds]
         print(f"fixed {fixed:6.0f}: {summary(res)}")
     strategies = {
-        "as built (p99 of 5 s, baseline the quieter of two windows)": dict(controller=ProbeTarget),
-        "baseline: p99 of both windows' runs": dict(controller=ProbeTarget, baseline=pooled_baseline),
+        "a0707af's (p99 of 5 s, baseline the quieter of two windows)": dict(controller=ProbeTarget),
+        "baseline: p99 of both windows' runs (as built since)": dict(controller=ProbeTarget, baseline=pooled_baseline),
         "p99 of 10 s, paced per 10 s": dict(controller=lambda t, f: ProbeTarget(t, f, memory=10.0), window=10.0),
         "the median reading of 5 s": dict(controller=ProbeTarget, smooth=(5.0, 0.5)),
         "the 75th percentile reading of 5 s": dict(controller=ProbeTarget, smooth=(5.0, 0.75)),
