@@ -93,6 +93,31 @@ fn a_canary_run_is_timed_from_when_it_was_due() {
     }
 }
 
+/// A new backend's first query is not a canary run, and the run that opened the
+/// connection does not queue the next behind it: here the query sleeps 300 ms while its
+/// backend is younger than 200 ms, and 1 ms after. Sixteen runs make the baseline, whose
+/// p99 is their slowest: without the untimed first query it read the 300 ms, and without
+/// the schedule starting again once the connection is open, the next run's wait for it.
+#[test]
+fn a_new_connections_first_query_is_not_a_canary_run() {
+    let db = Db::create("canary_warm");
+    let dir = tempfile::tempdir().unwrap();
+    let query = "SELECT pg_sleep(CASE WHEN now() - (SELECT backend_start FROM pg_stat_activity \
+                 WHERE pid = pg_backend_pid()) < interval '200 milliseconds' THEN 0.3 ELSE 0.001 END)";
+    config(
+        dir.path(),
+        &db,
+        "\"auto\"",
+        10,
+        &format!("query = {query:?}\ntarget = \"2x\"\ninterval = \"50ms\"\nwindow = \"400ms\""),
+    );
+    let out = run_in(dir.path(), &["plan", "-c", "sluice.toml", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let baseline = plan["health"][0]["baseline"].as_f64().expect("a baseline");
+    assert!(baseline < 0.2, "baseline {baseline} s");
+}
+
 #[test]
 fn an_auto_run_measures_the_baseline_before_writing_and_says_what_bounded_it() {
     let db = Db::create("canary_run");
