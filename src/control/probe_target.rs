@@ -20,7 +20,12 @@
 //!   Near the rate the last cut was made from (over `near_peak` of it) growth is at most
 //!   `probe` per memory, as CUBIC grows slowly near the window of its last loss: that is
 //!   where the value crossed the target, and a probe's memory shows an overshoot only
-//!   after it (half the windows over the target in the experiment were at such peaks);
+//!   after it (half the windows over the target in the experiment were at such peaks).
+//!   Past `past_peak ×` that rate without a cut, the peak is forgotten and the growth is
+//!   by room again: the crossing was one noisy reading, or the database takes more now.
+//!   Remembered for good, a canary's one slow run at 1,200 rows/s in a load's first
+//!   seconds held its climb to 10% per memory for the next 150 s, up to 10,000 rows/s,
+//!   where production took 19,000 (docs/bench/auto-rate.md, run G);
 //! - value > `target`: the rate shrinks by `decrease × excess` of itself (excess =
 //!   value / target − 1, at most 1), then no further cut for one memory unless the value
 //!   climbs above the one cut for: the memory still holds readings from before the cut,
@@ -60,8 +65,10 @@ pub struct TargetParams {
     pub increase: f64,
     /// Growth slows to `probe` per memory over this share of the rate last cut from.
     pub near_peak: f64,
-    /// The most the rate grows per memory near (or past) the rate last cut from.
+    /// The most the rate grows per memory near (or just past) the rate last cut from.
     pub probe: f64,
+    /// Past this many times the rate last cut from, that rate is forgotten.
+    pub past_peak: f64,
     /// The share of the rate cut per unit of excess over the target.
     pub decrease: f64,
     /// The rate grows only while the worker wrote at least this share of it.
@@ -83,6 +90,7 @@ impl Default for TargetParams {
             increase: 1.0,
             near_peak: 0.9,
             probe: 0.1,
+            past_peak: 1.2,
             decrease: 0.5,
             binding: 0.5,
             headroom: 1.5,
@@ -214,6 +222,9 @@ impl ProbeTarget {
             if binds && !settling(&self.last_cut) {
                 let room = self.room(value);
                 let share = since.as_secs_f64() / p.memory.as_secs_f64();
+                if self.peak.is_some_and(|peak| self.rate > p.past_peak * peak) {
+                    self.peak = None;
+                }
                 let near_peak = self
                     .peak
                     .is_some_and(|peak| self.rate >= p.near_peak * peak);

@@ -154,6 +154,38 @@ fn near_the_rate_it_was_last_cut_from_it_grows_slowly() {
     );
 }
 
+/// A cut for one noisy reading does not slow the climb for good: past 1.2 × the rate it was
+/// made from, the growth is by room again.
+#[test]
+fn a_peak_passed_without_a_cut_is_forgotten() {
+    let mut run = Run::new(2.0);
+    run.read_n(10, 0.0, 1.0);
+    let peak = run.steer.rate();
+    assert!(close(peak, 2000.0), "{peak}");
+    // One reading far over (half off), then the value reads 0 again.
+    run.read(4.0, 1.0);
+    run.read_n(9, 0.0, 1.0);
+    while run.steer.rate() < 0.9 * peak {
+        run.read(0.0, 1.0);
+    }
+    // +10% per memory from 0.9 × the peak until past 1.2 × it: 4 memories (1.1⁴ × 0.9 ≈
+    // 1.32), give or take the reading that crossed 0.9.
+    let mut memories = 0;
+    while run.steer.rate() <= 1.2 * peak {
+        run.read_n(10, 0.0, 1.0);
+        memories += 1;
+    }
+    assert!(
+        (3..=4).contains(&memories),
+        "{memories} memories past 0.9 × the peak"
+    );
+    // Then ×2 per memory, as before the cut (the reading that forgets the peak grows by
+    // room already).
+    let past = run.steer.rate();
+    let doubled = run.read_n(10, 0.0, 1.0);
+    assert!(close(doubled, past * 2.0), "{past} → {doubled}");
+}
+
 #[test]
 fn a_step_over_the_target_cuts_in_proportion_once_per_memory() {
     let mut run = Run::new(2.0);
