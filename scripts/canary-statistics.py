@@ -111,7 +111,8 @@ def main():
     ap.add_argument("sluice")
     ap.add_argument("--steps", default="4000,16000,8000,0,12000,24000,6000,20000,10000,14000")
     ap.add_argument("--step-seconds", type=int, default=25)
-    ap.add_argument("--canary-rate", type=int, default=20)
+    ap.add_argument("--canary-rate", type=int, default=20, help="runs a second of the one-client canary")
+    ap.add_argument("--shaped-rate", type=int, default=20, help="runs a second of the four-client canary")
     ap.add_argument("--scale", type=int, default=10)
     ap.add_argument("--range", type=int, default=10000)
     ap.add_argument("--production-share", type=float, default=0.15)
@@ -135,9 +136,9 @@ def main():
         if db.as_postgres:
             shutil.chown(script, "postgres")
         # A canary of one client at the load's priority, and one shaped as production is
-        # (four clients at its priority), each 20 runs a second.
+        # (four clients at its priority).
         canary = x.Production(db, args.canary_rate, "canary", args, connections=1, nice=10, script=script)
-        canary4 = x.Production(db, args.canary_rate, "canary4", args, connections=4, nice=-5, script=script)
+        canary4 = x.Production(db, args.shaped_rate, "canary4", args, connections=4, nice=-5, script=script)
         statements = Statements(db, args)
         # sluice starts paused (`ctl rate` steers under the configured ceiling): its own
         # canary (never holding: `max` far out of reach) reads the quiet period too.
