@@ -248,13 +248,30 @@ async fn killed_mid_run_and_run_again_every_document_once() {
     );
 }
 
+/// What a file input's checkpoint says was acknowledged: the lines before its offset (it
+/// keeps the number of the line there, counted from 1).
+fn checkpointed_lines(input: &Path) -> u64 {
+    let mut name = input.as_os_str().to_owned();
+    name.push(".sluice-checkpoint");
+    let text = std::fs::read_to_string(PathBuf::from(name)).unwrap_or_default();
+    serde_json::from_str::<Value>(&text).map_or(0, |v| {
+        v["files"][0]["line"]
+            .as_u64()
+            .unwrap_or(1)
+            .saturating_sub(1)
+    })
+}
+
 /// The bound across a restart: at 4× the write queue and the default 200 ms tick, killed
-/// (SIGKILL) a third of the way in and run again, items sent per document stay ≤ 1.15 in
-/// all, counting the documents the first run stored past its checkpoint, which the second
-/// sends again (they come back as 409s on `create`). The second run meets the queue as the
-/// first did, by slow start, not at the rate it was killed at.
+/// (SIGKILL) a third of the way in and run again, items sent per document stay ≤ 1.12 in
+/// all, not counting the documents the first run stored past its checkpoint, which the
+/// second sends again (they come back as 409s on `create`) — exactly those, no more: the
+/// checkpoint is saved every 250 ms, so one or two batches of 200 come back (187–386
+/// measured), which on top of the refusals (400–588) put the sum over 1.15, the bound
+/// before, in one run of eight; past them, 1.066–1.098 in eighteen. The second run meets
+/// the queue as the first did, by slow start, not at the rate it was killed at.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_times_the_write_queue_killed_and_run_again_costs_at_most_fifteen_percent() {
+async fn four_times_the_write_queue_killed_and_run_again_costs_at_most_twelve_percent() {
     let n = 6000;
     let dir = tempfile::tempdir().unwrap();
     let sim = bulk_sim(1000.0, 200).await;
@@ -262,17 +279,26 @@ async fn four_times_the_write_queue_killed_and_run_again_costs_at_most_fifteen_p
     let config = write_config(dir.path(), &input, &elasticsearch(&sim.base_url()), 4000);
     let stored_at_kill = killed_once_stored(&config, &sim, 2000).await;
     assert!(stored_at_kill < n as u64, "killed mid-run");
+    let checkpointed = checkpointed_lines(&input);
 
     let run = run_sluice(&config).await;
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let stats = sim.stop().await.unwrap();
     assert_eq!(stats.inserted, n as u64, "every document stored");
-    let ratio = stats.records_received as f64 / n as f64;
-    eprintln!(
-        "bulk at 4x, killed at {stored_at_kill} and run again: items sent per document {ratio:.3} ({} sent, {} refused, {} duplicates)",
-        stats.records_received, stats.rejected_records, stats.duplicates
+    // What the first run stored, counted after it was gone (a request it sent may have
+    // been stored after the kill): all the second did not write.
+    let first_stored = n as u64 - count(&run, "written");
+    assert_eq!(
+        stats.duplicates,
+        first_stored - checkpointed,
+        "sent again: what the first run stored past its checkpoint (line {checkpointed} of the {first_stored} it stored)"
     );
-    assert!(ratio <= 1.15, "items sent per document = {ratio:.3}");
+    let ratio = (stats.records_received - stats.duplicates) as f64 / n as f64;
+    eprintln!(
+        "bulk at 4x, killed at {stored_at_kill} and run again: items sent per document {ratio:.3} past the {} sent again ({} sent, {} refused)",
+        stats.duplicates, stats.records_received, stats.rejected_records
+    );
+    assert!(ratio <= 1.12, "items sent per document = {ratio:.3}");
 }
 
 /// What an in-test ingest API stored: each key with the times it was stored.
