@@ -248,20 +248,6 @@ async fn killed_mid_run_and_run_again_every_document_once() {
     );
 }
 
-/// What a file input's checkpoint says was acknowledged: the lines before its offset (it
-/// keeps the number of the line there, counted from 1).
-fn checkpointed_lines(input: &Path) -> u64 {
-    let mut name = input.as_os_str().to_owned();
-    name.push(".sluice-checkpoint");
-    let text = std::fs::read_to_string(PathBuf::from(name)).unwrap_or_default();
-    serde_json::from_str::<Value>(&text).map_or(0, |v| {
-        v["files"][0]["line"]
-            .as_u64()
-            .unwrap_or(1)
-            .saturating_sub(1)
-    })
-}
-
 /// The bound across a restart: at 4× the write queue and the default 200 ms tick, killed
 /// (SIGKILL) a third of the way in and run again, items sent per document stay ≤ 1.12 in
 /// all, not counting the documents the first run stored past its checkpoint, which the
@@ -279,7 +265,11 @@ async fn four_times_the_write_queue_killed_and_run_again_costs_at_most_twelve_pe
     let config = write_config(dir.path(), &input, &elasticsearch(&sim.base_url()), 4000);
     let stored_at_kill = killed_once_stored(&config, &sim, 2000).await;
     assert!(stored_at_kill < n as u64, "killed mid-run");
-    let checkpointed = checkpointed_lines(&input);
+    // The lines before the one the checkpoint names (counted from 1): acknowledged.
+    let checkpointed = crate::common::checkpoint_files(&input)[0]["line"]
+        .as_u64()
+        .expect("a checkpointed line")
+        - 1;
 
     let run = run_sluice(&config).await;
     assert_eq!(run.code, Some(0), "{}", run.stderr);

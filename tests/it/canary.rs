@@ -32,6 +32,20 @@ fn config(dir: &Path, db: &Db, rate: &str, records: usize, probe: &str) {
     .unwrap();
 }
 
+/// What `sluice plan --json` says of the configuration in `dir`.
+fn planned(dir: &Path) -> serde_json::Value {
+    let out = run_in(dir, &["plan", "-c", "sluice.toml", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The baseline `sluice plan` measured for the configuration's canary, seconds.
+fn planned_baseline(dir: &Path) -> f64 {
+    planned(dir)["health"][0]["baseline"]
+        .as_f64()
+        .expect("a baseline")
+}
+
 #[test]
 fn plan_measures_the_baseline_and_resolves_a_relative_target() {
     let db = Db::create("canary_plan");
@@ -44,9 +58,7 @@ fn plan_measures_the_baseline_and_resolves_a_relative_target() {
             10,
             &format!("url = {url:?}\ntarget = \"2x\"\nwindow = \"600ms\""),
         );
-        let out = run_in(dir.path(), &["plan", "-c", "sluice.toml", "--json"]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let plan = planned(dir.path());
         let canary = &plan["health"][0];
         let baseline = canary["baseline"].as_f64().expect("a baseline");
         assert!(baseline > 0.0 && baseline < 1.0, "{canary}");
@@ -82,10 +94,7 @@ fn a_canary_run_is_timed_from_when_it_was_due() {
                 "url = {url:?}\nquery = {sleep:?}\ntarget = \"2x\"\ninterval = \"50ms\"\nwindow = \"2s\""
             ),
         );
-        let out = run_in(dir.path(), &["plan", "-c", "sluice.toml", "--json"]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let baseline = plan["health"][0]["baseline"].as_f64().expect("a baseline");
+        let baseline = planned_baseline(dir.path());
         assert!(
             (0.2..3.5).contains(&baseline),
             "{url}: baseline {baseline} s"
@@ -111,10 +120,7 @@ fn a_new_connections_first_query_is_not_a_canary_run() {
         10,
         &format!("query = {query:?}\ntarget = \"2x\"\ninterval = \"50ms\"\nwindow = \"400ms\""),
     );
-    let out = run_in(dir.path(), &["plan", "-c", "sluice.toml", "--json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let baseline = plan["health"][0]["baseline"].as_f64().expect("a baseline");
+    let baseline = planned_baseline(dir.path());
     assert!(baseline < 0.2, "baseline {baseline} s");
 }
 

@@ -176,12 +176,6 @@ fn stop(child: Child) -> String {
     log
 }
 
-fn checkpoint_files(dir: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(dir.join("in.ndjson.sluice-checkpoint")).unwrap();
-    let cp: serde_json::Value = serde_json::from_str(&text).unwrap();
-    cp["files"].as_array().unwrap().clone()
-}
-
 fn assert_exactly(db: &Path, expected: &BTreeSet<String>) {
     let got = written_keys(db);
     assert_eq!(got.len(), expected.len(), "rows");
@@ -209,7 +203,7 @@ fn rename_and_recreate_with_the_writer_still_appending_across_a_restart() {
     wait_for_rows(db, 150, &mut worker);
     let log = stop(worker);
     assert!(log.contains("was rotated"), "the rotation is logged: {log}");
-    let files = checkpoint_files(dir);
+    let files = common::checkpoint_files(&dir.join("in.ndjson"));
     assert_eq!(
         files.len(),
         2,
@@ -237,7 +231,7 @@ fn rename_and_recreate_with_the_writer_still_appending_across_a_restart() {
     let mut expected = keys("a", 1..=250);
     expected.extend(keys("b", 1..=150));
     assert_exactly(db, &expected);
-    let files = checkpoint_files(dir);
+    let files = common::checkpoint_files(&dir.join("in.ndjson"));
     assert_eq!(files.len(), 1, "the finished old file left: {files:?}");
 }
 
@@ -297,7 +291,7 @@ fn the_new_file_is_read_while_the_old_one_is_finished() {
     let mut expected = keys("a", 1..=70);
     expected.extend(keys("b", 1..=50));
     assert_exactly(db, &expected);
-    let files = checkpoint_files(dir);
+    let files = common::checkpoint_files(&dir.join("in.ndjson"));
     let at: Vec<(&str, u64)> = files
         .iter()
         .map(|f| (f["name"].as_str().unwrap(), f["line"].as_u64().unwrap()))

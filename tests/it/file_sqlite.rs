@@ -211,9 +211,7 @@ fn sigterm_finishes_in_flight_batches_and_exits_zero() {
         pulled,
         "everything pulled was written"
     );
-    let checkpoint =
-        std::fs::read_to_string(dir.path().join("in.ndjson.sluice-checkpoint")).unwrap();
-    let line = serde_json::from_str::<serde_json::Value>(&checkpoint).unwrap()["files"][0]["line"]
+    let line = common::checkpoint_files(&dir.path().join("in.ndjson"))[0]["line"]
         .as_i64()
         .unwrap();
     assert_eq!(

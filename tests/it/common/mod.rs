@@ -382,6 +382,20 @@ pub fn sim_sink(
     (rt, sim)
 }
 
+/// The entries of the checkpoint sluice keeps beside the file input `input` (one per file
+/// it is reading: offset, the number of the line there counted from 1, fingerprint).
+pub fn checkpoint_files(input: &Path) -> Vec<serde_json::Value> {
+    let mut name = input.as_os_str().to_owned();
+    name.push(".sluice-checkpoint");
+    let text = std::fs::read_to_string(&name)
+        .unwrap_or_else(|e| panic!("{}: {e}", Path::new(&name).display()));
+    let cp: serde_json::Value = serde_json::from_str(&text).unwrap();
+    cp["files"]
+        .as_array()
+        .expect("a checkpoint's files")
+        .clone()
+}
+
 /// Every Markdown file of the documentation: the README, ARCHITECTURE.md, the book.
 pub fn documentation_files() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
