@@ -135,16 +135,19 @@ class RunShare:
         self.rate = max(self.least, self.rate)
 
 
+def quiet_seconds(plant, rng, n):
+    """`n` seconds drawn from the quiet step: each its canary runs' latencies."""
+    return [[v for _, v in rng.choice(plant.quiet)[0]] for _ in range(int(n))]
+
+
+def flat(seconds):
+    return [v for runs in seconds for v in runs]
+
+
 def quieter_baseline(plant, rng, window):
     """The quieter of two windows' p99 of the quiet step's runs (src/health/probe.rs until
     the pooled baseline, `pooled_baseline`, replaced it)."""
-    reads = []
-    for _ in range(2):
-        runs = []
-        for _ in range(int(window)):
-            runs += [v for _, v in rng.choice(plant.quiet)[0]]
-        reads.append(pct(runs, 0.99))
-    return min(reads)
+    return min(pct(flat(quiet_seconds(plant, rng, window)), 0.99) for _ in range(2))
 
 
 def simulate(plant, rng, rows, controller=None, fixed=None, window=5.0, percentile=0.99, hold=10.0,
@@ -246,9 +249,9 @@ class SecondShare:
 def simulate_seconds(plant, rng, rows, steer, hold=10, pooled=False):
     """As `simulate`, for a rule fed each second's slowest canary run. The target is twice
     the quiet seconds' median slowest run, or with `pooled` their runs' p99."""
-    drawn = [[v for _, v in rng.choice(plant.quiet)[0]] for _ in range(hold)]
+    drawn = quiet_seconds(plant, rng, hold)
     if pooled:
-        target = 2 * pct([v for d in drawn for v in d], 0.99)
+        target = 2 * pct(flat(drawn), 0.99)
     else:
         quiet = sorted(max(d or [0.0]) for d in drawn)
         target = 2 * quiet[len(quiet) // 2]
@@ -265,26 +268,19 @@ def simulate_seconds(plant, rng, rows, steer, hold=10, pooled=False):
 
 def pooled_baseline(plant, rng, window, windows=2):
     """The p99 of `windows` windows' runs together, instead of the quieter window's."""
-    runs = []
-    for _ in range(windows * int(window)):
-        runs += [v for _, v in rng.choice(plant.quiet)[0]]
-    return pct(runs, 0.99)
+    return pct(flat(quiet_seconds(plant, rng, windows * window)), 0.99)
 
 
 def trimmed_baseline(plant, rng, window, drop=1):
     """The p99 of both windows' runs, less the `drop` seconds whose slowest run is slowest."""
-    seconds = [[v for _, v in rng.choice(plant.quiet)[0]] for _ in range(2 * int(window))]
-    seconds.sort(key=lambda runs: max(runs or [0.0]))
-    return pct([v for runs in seconds[:len(seconds) - drop] for v in runs], 0.99)
-
-
-BEST = None
+    seconds = sorted(quiet_seconds(plant, rng, 2 * window), key=lambda runs: max(runs or [0.0]))
+    return pct(flat(seconds[:len(seconds) - drop]), 0.99)
 
 
 def outlier_baseline(plant, rng, window, over=3.0):
     """The p99 of both windows' runs, less the seconds whose slowest run is over `over` x
     the median second's slowest run (a stall of the machine, not the database's quiet)."""
-    seconds = [[v for _, v in rng.choice(plant.quiet)[0]] for _ in range(2 * int(window))]
+    seconds = quiet_seconds(plant, rng, 2 * window)
     slowest = sorted(max(r or [0.0]) for r in seconds)
     median = slowest[len(slowest) // 2]
     return pct([v for r in seconds if max(r or [0.0]) <= over * median for v in r], 0.99)
@@ -293,11 +289,14 @@ def outlier_baseline(plant, rng, window, over=3.0):
 def median_baseline(plant, rng, window, agree=None):
     """The median of three windows' p99; with `agree`, the third only when the first two's
     p99s are further than that ratio apart (else their pooled p99)."""
-    windows = [[v for _ in range(int(window)) for _, v in rng.choice(plant.quiet)[0]] for _ in range(3)]
+    windows = [flat(quiet_seconds(plant, rng, window)) for _ in range(3)]
     reads = [pct(w, 0.99) for w in windows]
     if agree and max(reads[:2]) <= agree * min(reads[:2]):
         return pct(windows[0] + windows[1], 0.99)
     return sorted(reads)[1]
+
+
+BEST = None
 
 
 def summary(results):
