@@ -6,7 +6,8 @@ is not read as the rate's effect). Read beside it: a canary that logs every run 
 one client, the same range read, at the load's nice +10), one shaped as production (four
 clients at its priority), sluice's own canary (as /metrics shows it: its p99 over 5 s), and
 production's statements as pg_stat_statements times them (server-side: mean and mean + 2.33
-standard deviations). For each step: the share of production's 1 s windows within its
+standard deviations), and the machine's CPU pressure (the share of time some task waited for
+a core, /proc/pressure/cpu, as itself rather than a multiple). For each step: the share of production's 1 s windows within its
 target (2 x its baseline p99), and each reading (every 200 ms) as a multiple of its value in
 the quiet 25 s before the first step: median and 10th/90th percentile over the step.
 
@@ -73,6 +74,29 @@ def statement_series(samples, span, tail):
         sd = max(0.0, (sq - q0) / n - mean * mean) ** 0.5
         out.append((t, mean + 2.33 * sd if tail else mean))
     return out
+
+
+def pressure_series(samples, span):
+    """The share of the trailing `span` seconds in which some task waited for a core
+    (Linux PSI, /proc/pressure/cpu "some"). `samples`: (epoch, cumulative µs), every 200 ms."""
+    out = []
+    for i, (t, total) in enumerate(samples):
+        j = i
+        while j > 0 and samples[j - 1][0] > t - span:
+            j -= 1
+        if j == 0:
+            continue
+        t0, total0 = samples[j - 1]
+        out.append((t, (total - total0) / 1e6 / (t - t0)))
+    return out
+
+
+def sample_pressure(stop, samples):
+    """/proc/pressure/cpu's cumulative "some" stall, every 200 ms, until `stop`."""
+    while not stop.is_set():
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        samples.append((time.time(), int(line.rsplit("total=", 1)[1])))
+        time.sleep(0.2)
 
 
 class Statements:
@@ -157,6 +181,10 @@ def main():
         sampler = threading.Thread(target=x.sample_rows, args=(
             stop, lambda: x.metrics(port, "sluice_health_probe"), ours, 0.2))
         sampler.start()
+        pressure = []
+        psi = threading.Thread(target=sample_pressure, args=(stop, pressure))
+        if Path("/proc/pressure/cpu").exists():
+            psi.start()
         time.sleep(30)
         quiet_end = time.time()
         for rate in steps:
@@ -176,6 +204,8 @@ def main():
         marks.pop(0)
         stop.set()
         sampler.join()
+        if psi.is_alive():
+            psi.join()
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
         stmts = statements.stop()
@@ -197,10 +227,17 @@ def main():
         series[f"statements mean/{span}s"] = statement_series(stmts, span, tail=False)
     for span in (2, 5):
         series[f"statements tail/{span}s"] = statement_series(stmts, span, tail=True)
+    # Absolute (a share of time: its quiet value is near 0, no ratio to it).
+    absolute = set()
+    for span in (1, 5):
+        absolute.add(f"cpu pressure/{span}s")
+        series[f"cpu pressure/{span}s"] = pressure_series(pressure, span)
     base_vals = {}
     for name, s in series.items():
         vals = sorted(v for t, v in s if quiet[0] <= t < quiet[1])
         base_vals[name] = vals[len(vals) // 2] if vals else float("nan")
+        if name in absolute:
+            base_vals[name] = 1.0
     print(f"production {prod_rate} tps; baseline p99 {base_p99:.2f} ms, target {target:.2f} ms; "
           "quiet values: " + ", ".join(f"{n} {v:.2f}" for n, v in base_vals.items()))
     result = {"target": target, "base": base_vals, "steps": []}
