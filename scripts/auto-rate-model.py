@@ -224,12 +224,10 @@ class SecondShare:
     each such second cuts the rate by `cut`, each other grows it by `cut * share / (1 -
     share)`. Until the first second over, it doubles per `climb` seconds."""
 
-    def __init__(self, share=0.1, cut=0.1, climb=5.0, start=1000.0, least=10.0):
+    def __init__(self, share=0.1, cut=0.1, climb=5.0, start=1000.0, least=10.0, reclimb=None):
         self.share, self.cut, self.climb, self.rate, self.least = share, cut, climb, start, least
-        self.climbing = True
-
-    reclimb = None
-    under = 0
+        # With `reclimb`, it doubles again after that many seconds under in a row.
+        self.climbing, self.reclimb, self.under = True, reclimb, 0
 
     def second(self, slowest, target):
         if slowest > target:
@@ -365,12 +363,9 @@ def main():
         res = [simulate_seconds(plant, random.Random(seed), args.rows, SecondShare(share=share, cut=cut), hold=hold)
                for seed in seeds]
         print(f"seconds over kept to {share:.0%} (cut {cut:.0%} per second over, baseline of {hold} s): {summary(res)}")
-    def reclimbing(n):
-        steer = SecondShare(share=0.1)
-        steer.reclimb = n
-        return steer
     for n in (20, 30):
-        res = [simulate_seconds(plant, random.Random(seed), args.rows, reclimbing(n)) for seed in seeds]
+        res = [simulate_seconds(plant, random.Random(seed), args.rows, SecondShare(share=0.1, reclimb=n))
+               for seed in seeds]
         print(f"seconds over kept to 10%, climbing again after {n} s under: {summary(res)}")
     res = [simulate_seconds(plant, random.Random(seed), args.rows, SecondShare(share=0.1), pooled=True) for seed in seeds]
     print(f"seconds over kept to 10%, the target twice the quiet runs' p99: {summary(res)}")

@@ -6,10 +6,11 @@ is not read as the rate's effect). Read beside it: a canary that logs every run 
 one client, the same range read, at the load's nice +10), one shaped as production (four
 clients at its priority), sluice's own canary (as /metrics shows it: its p99 over 5 s), and
 production's statements as pg_stat_statements times them (server-side: mean and mean + 2.33
-standard deviations), and the machine's CPU pressure (the share of time some task waited for
-a core, /proc/pressure/cpu, as itself rather than a multiple). For each step: the share of production's 1 s windows within its
-target (2 x its baseline p99), and each reading (every 200 ms) as a multiple of its value in
-the quiet 25 s before the first step: median and 10th/90th percentile over the step.
+standard deviations), and the machine's CPU pressure (the share of time some task waited
+for a core, /proc/pressure/cpu). For each step: the share of production's 1 s windows
+within its target (2 x its baseline p99), and each reading (every 200 ms) as a multiple of
+its value in the quiet 25 s before the first step — the CPU pressure as itself, its quiet
+value being near 0 — median and 10th/90th percentile over the step.
 
   python3 scripts/canary-statistics.py target/release/sluice [--steps 4000,12000,...]
 """
@@ -54,19 +55,24 @@ def run_series(samples, begin, end, span, f):
     return out
 
 
+def trailing(samples, span):
+    """Each cumulative sample (its epoch first) with the last one `span` seconds or more
+    before it, once there is one."""
+    for i, sample in enumerate(samples):
+        j = i
+        while j > 0 and samples[j - 1][0] > sample[0] - span:
+            j -= 1
+        if j > 0:
+            yield sample, samples[j - 1]
+
+
 def statement_series(samples, span, tail):
     """Production's statements as pg_stat_statements counts them (server-side execution
     time): their mean over the trailing `span` seconds, or with `tail` the mean plus 2.33
     standard deviations (where a normal's p99 would be). `samples`: (epoch, calls, total
     ms, sum of squares) cumulative, every 200 ms."""
     out = []
-    for i, (t, calls, total, sq) in enumerate(samples):
-        j = i
-        while j > 0 and samples[j - 1][0] > t - span:
-            j -= 1
-        if j == 0:
-            continue
-        _, c0, t0, q0 = samples[j - 1]
+    for (t, calls, total, sq), (_, c0, t0, q0) in trailing(samples, span):
         n = calls - c0
         if n <= 0:
             continue
@@ -79,16 +85,7 @@ def statement_series(samples, span, tail):
 def pressure_series(samples, span):
     """The share of the trailing `span` seconds in which some task waited for a core
     (Linux PSI, /proc/pressure/cpu "some"). `samples`: (epoch, cumulative µs), every 200 ms."""
-    out = []
-    for i, (t, total) in enumerate(samples):
-        j = i
-        while j > 0 and samples[j - 1][0] > t - span:
-            j -= 1
-        if j == 0:
-            continue
-        t0, total0 = samples[j - 1]
-        out.append((t, (total - total0) / 1e6 / (t - t0)))
-    return out
+    return [(t, (total - total0) / 1e6 / (t - t0)) for (t, total), (t0, total0) in trailing(samples, span)]
 
 
 def sample_pressure(stop, samples):
@@ -227,17 +224,15 @@ def main():
         series[f"statements mean/{span}s"] = statement_series(stmts, span, tail=False)
     for span in (2, 5):
         series[f"statements tail/{span}s"] = statement_series(stmts, span, tail=True)
-    # Absolute (a share of time: its quiet value is near 0, no ratio to it).
-    absolute = set()
+    # Read as itself (a share of time: its quiet value is near 0, no ratio to it).
+    absolute = {f"cpu pressure/{span}s" for span in (1, 5)}
     for span in (1, 5):
-        absolute.add(f"cpu pressure/{span}s")
         series[f"cpu pressure/{span}s"] = pressure_series(pressure, span)
     base_vals = {}
     for name, s in series.items():
         vals = sorted(v for t, v in s if quiet[0] <= t < quiet[1])
         base_vals[name] = vals[len(vals) // 2] if vals else float("nan")
-        if name in absolute:
-            base_vals[name] = 1.0
+    scale = {name: 1.0 if name in absolute else v for name, v in base_vals.items()}
     print(f"production {prod_rate} tps; baseline p99 {base_p99:.2f} ms, target {target:.2f} ms; "
           "quiet values: " + ", ".join(f"{n} {v:.2f}" for n, v in base_vals.items()))
     result = {"target": target, "base": base_vals, "steps": []}
@@ -250,7 +245,7 @@ def main():
         cells = []
         row = {"rate": rate, "achieved": achieved, "within": within, "stats": {}}
         for name, s in series.items():
-            vals = sorted(v / base_vals[name] for t, v in s if begun + 5 <= t < stop_at)
+            vals = sorted(v / scale[name] for t, v in s if begun + 5 <= t < stop_at)
             q = lambda p: vals[min(len(vals) - 1, int(p * len(vals)))] if vals else float("nan")
             cells.append(f"{q(0.5):.2f} ({q(0.1):.2f}-{q(0.9):.2f})")
             row["stats"][name] = [q(0.1), q(0.5), q(0.9)]
