@@ -10,6 +10,8 @@
                                       candidate, whole-load runs confirm it or go slower)
   (d) sluice, rate = "off" + canary max = "2x"   (today's threshold: hold above)
   (e) sluice, rate = "auto" + canary target = "2x"
+  (w) with --switch LO,HI: sluice at a rate switched between the two every --switch-seconds, to set
+      against (c) at a steady --fixed of their mean (what a moving rate costs)
 
 One command, from the repository root (`--release` builds sluice optimized first):
 
