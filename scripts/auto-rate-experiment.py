@@ -50,6 +50,7 @@ the target) and there is room to load beside it.
 """
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -460,10 +461,21 @@ def metrics(port, *names):
     return tuple(found.get(n, float("nan")) for n in names)
 
 
+def rates_list(text):
+    """--switch: two or more rates, records per second, comma-separated."""
+    try:
+        rates = [int(x) for x in text.split(",")]
+    except ValueError:
+        rates = []
+    if len(rates) < 2 or min(rates) <= 0:
+        raise argparse.ArgumentTypeError(f"want two or more positive rates, as 3000,9000; got {text!r}")
+    return rates
+
+
 def switch_rate(port, rates, period, stop):
     """Sets the running worker's rate to each of `rates` in turn, every `period` s, as
     `sluice ctl rate` does (a POST, not a process started beside the database)."""
-    for i in range(1 << 30):
+    for i in itertools.count():
         if stop.wait(period if i else 1.0):
             return
         body = json.dumps({"value": rates[i % len(rates)]}).encode()
@@ -504,8 +516,8 @@ def run_load(cluster, sluice, rows_file, name, args, rate=None, probe=None, rate
                                                                "sluice_health_probe_steered_rate"),
                                          series))
         sampler.start()
-        switcher = switch and threading.Thread(target=switch_rate, args=(port, *switch, stop))
-        if switcher:
+        if switch:
+            switcher = threading.Thread(target=switch_rate, args=(port, *switch, stop))
             switcher.start()
         out, _ = proc.communicate()
         summary = json.loads(out.strip().splitlines()[-1])
@@ -690,7 +702,7 @@ def main():
     ap.add_argument("--variant", action="append", default=[],
                     help="with --fixed and f in --only: (f) is (c) with these [rate] settings "
                          "added (TOML, repeatable): 'tick = \"20ms\"'")
-    ap.add_argument("--switch", default=None,
+    ap.add_argument("--switch", default=None, type=rates_list,
                     help="with w in --only: (w) is sluice at a rate switched between these, every "
                          "--switch-seconds (LO,HI: their mean against a steady --fixed of it)")
     ap.add_argument("--switch-seconds", type=float, default=5.0)
@@ -703,6 +715,8 @@ def main():
                     help="(e) (and --before's) this many times, interleaved")
     ap.add_argument("--release", action="store_true", help="build and run sluice in release mode")
     args = ap.parse_args()
+    if "w" in args.only and not args.switch:
+        ap.error("w in --only needs --switch LO,HI")
     OUT.mkdir(parents=True, exist_ok=True)
     sluice = args.sluice
     if not sluice:
@@ -757,7 +771,7 @@ def main():
                 break
             print(f"{label}: production alone read p99 {r['alone_p99']:.2f} ms before the load "
                   f"(baseline {base_p99:.2f}): the machine was disturbed; again", flush=True)
-        r["label"] = label
+        r["label"], r["skip"] = label, skip
         # The judge: twice production's p99 alone on this cluster in the minute of its load.
         # Each strategy runs on a fresh cluster minutes after the first baseline, and
         # production alone moved 1.5-2.6 x between them on a slow day (run M): judged against
@@ -834,8 +848,8 @@ def main():
             best = dict(slowest, label=f"(c) sluice rate = {slowest['load']['rate']} "
                         "(none held over the whole load: the slowest tried)")
         results["c"] = best
-    if "w" in args.only and args.switch:
-        rates = [int(x) for x in args.switch.split(",")]
+    if "w" in args.only:
+        rates = args.switch
         results["w"] = go("w", f"(w) sluice, rate switched between {' and '.join(map(str, rates))} every "
                           f"{args.switch_seconds:g} s", skip=10.0, rate=str(max(rates)),
                           switch=(rates, args.switch_seconds))
@@ -867,7 +881,7 @@ def report(results, sweep, tps, prod_rate, base_p50, base_p99, target, quiet, lo
             f"| {r['label']} | {r['rows_per_s']:,.0f} | {r['rows_per_s'] / best:.2f} | "
             f"{r['rows_per_s_after_10s']:,.0f} | {r['rows_per_s_after_10s'] / best_after:.2f} | {r['p50']:.2f} | {r['p99']:.2f} | "
             f"{r['alone_p99']:.2f} | {r['p99'] / r['alone_p99']:.2f} | {100 * r['within']:.0f}% of {r['windows_judged']}"
-            f"{' (after its first 10 s)' if key.startswith('e') else ''} | {100 * r['within_first']:.0f}% |")
+            f"{f' (after its first {skip:g} s)' if (skip := r.get('skip')) else ''} | {100 * r['within_first']:.0f}% |")
     lines.append("")
     lines.append("Run again because production alone was disturbed before the load: "
                  + (", ".join(f"{r['label']} ×{r['attempts'] - 1}" for r in [*results.values(), *sweep]
