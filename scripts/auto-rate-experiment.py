@@ -10,6 +10,7 @@
                                       candidate, whole-load runs confirm it or go slower)
   (d) sluice, rate = "off" + canary max = "2x"   (today's threshold: hold above)
   (e) sluice, rate = "auto" + canary target = "2x"
+  (s) with --steady R1,R2,..: sluice at each fixed rate, in every --repeat (a rate's run-to-run spread)
   (w) with --switch LO,HI: sluice at a rate switched between the two every --switch-seconds, to set
       against (c) at a steady --fixed of their mean (what a moving rate costs)
 
@@ -461,15 +462,21 @@ def metrics(port, *names):
     return tuple(found.get(n, float("nan")) for n in names)
 
 
-def rates_list(text):
-    """--switch: two or more rates, records per second, comma-separated."""
+def rates_list(text, least=1):
+    """--steady: positive rates, records per second, comma-separated."""
     try:
         rates = [int(x) for x in text.split(",")]
     except ValueError:
         rates = []
-    if len(rates) < 2 or min(rates) <= 0:
-        raise argparse.ArgumentTypeError(f"want two or more positive rates, as 3000,9000; got {text!r}")
+    if len(rates) < least or min(rates, default=0) <= 0:
+        raise argparse.ArgumentTypeError(f"want {'two or more' if least > 1 else 'one or more'} positive "
+                                         f"rates, as 3000,9000; got {text!r}")
     return rates
+
+
+def switch_rates(text):
+    """--switch: two or more rates to switch between."""
+    return rates_list(text, least=2)
 
 
 def switch_rate(port, rates, period, stop):
@@ -702,7 +709,7 @@ def main():
     ap.add_argument("--variant", action="append", default=[],
                     help="with --fixed and f in --only: (f) is (c) with these [rate] settings "
                          "added (TOML, repeatable): 'tick = \"20ms\"'")
-    ap.add_argument("--switch", default=None, type=rates_list,
+    ap.add_argument("--switch", default=None, type=switch_rates,
                     help="with w in --only: (w) is sluice at a rate switched between these, every "
                          "--switch-seconds (LO,HI: their mean against a steady --fixed of it)")
     ap.add_argument("--switch-seconds", type=float, default=5.0)
@@ -711,8 +718,12 @@ def main():
     ap.add_argument("--before", default=None,
                     help="(e) also by this binary (a build before a change), each before (e): "
                          "before and after judged in the same run")
+    ap.add_argument("--steady", default=[], type=rates_list,
+                    help="(s): sluice at each of these fixed rates (comma-separated), judged as (e) "
+                         "after its first 10 s, in every repetition before (e): how far a rate's "
+                         "share of seconds within moves from one run to the next")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="(e) (and --before's) this many times, interleaved")
+                    help="(e) (and --before's, and --steady's) this many times, interleaved")
     ap.add_argument("--release", action="store_true", help="build and run sluice in release mode")
     args = ap.parse_args()
     if "w" in args.only and not args.switch:
@@ -855,8 +866,13 @@ def main():
                           switch=(rates, args.switch_seconds))
     if "d" in args.only:
         results["d"] = go("d", "(d) sluice rate = \"off\", canary max = \"2x\"", rate='"off"', probe='max = "2x"')
-    for i in range(args.repeat if "e" in args.only else 0):
+    for i in range(args.repeat if "e" in args.only or args.steady else 0):
         n = f" {i + 1}" if args.repeat > 1 else ""
+        for rate in args.steady:
+            results[f"s{rate}{n}"] = go(f"s{rate}_{i}", f"(s){n} sluice rate = {rate}, steady", skip=10.0,
+                                        rate=str(rate))
+        if "e" not in args.only:
+            continue
         auto = dict(skip=10.0, rate='"auto"', probe='target = "2x"')
         if args.before:
             results[f"e before{n}"] = go(f"ebefore{i}", f"(e) before{n}: {args.before}", binary=args.before, **auto)
