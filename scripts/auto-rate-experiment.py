@@ -419,8 +419,8 @@ def pct(values, q):
 
 
 def sample_rows(stop, get, into, every=0.5):
-    """Rows loaded so far (and, from sluice, its canary's value and the rate it steers),
-    twice a second (or `every` s), into `into` as (epoch, rows, ...)."""
+    """Rows loaded so far (and, from sluice, its canary's value, the rate it steers and the
+    canary's baseline), twice a second (or `every` s), into `into` as (epoch, rows, ...)."""
     while not stop.is_set():
         try:
             into.append((time.time(), *get()))
@@ -463,7 +463,7 @@ def metrics(port, *names):
 
 
 def rates_list(text, least=1):
-    """--steady: positive rates, records per second, comma-separated."""
+    """Positive rates, records per second, comma-separated: at least `least` of them."""
     try:
         rates = [int(x) for x in text.split(",")]
     except ValueError:
@@ -520,7 +520,8 @@ def run_load(cluster, sluice, rows_file, name, args, rate=None, probe=None, rate
         sampler = threading.Thread(target=sample_rows,
                                    args=(stop, lambda: metrics(port, "sluice_records_written_total",
                                                                "sluice_health_probe",
-                                                               "sluice_health_probe_steered_rate"),
+                                                               "sluice_health_probe_steered_rate",
+                                                               "sluice_health_probe_baseline_seconds"),
                                          series))
         sampler.start()
         if switch:
